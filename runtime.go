@@ -1,0 +1,101 @@
+package torpor
+
+import (
+	"context"
+	"io"
+	"time"
+)
+
+// Runtime runs sandbox instances: it boots them on a per-sandbox disk made
+// from a template, freezes and thaws them, stops them (disk kept) and
+// destroys them (disk gone). Every method is idempotent and safe to call
+// again after a daemon crash, and addresses an instance by sandbox id plus
+// the opaque handle that Boot returned and the store kept.
+//
+// Extras such as snapshots are optional interfaces checked at run time.
+type Runtime interface {
+	// Kind names the runtime, e.g. "runc".
+	Kind() string
+	// PauseModes lists the pause kinds the runtime supports.
+	PauseModes() []PauseMode
+	// Boot starts a fresh instance on the sandbox's disk (creating the disk
+	// on first boot), runs the setup commands and starts the entrypoint or
+	// the idle init. A leftover instance of the same sandbox is removed
+	// first. A failed setup returns an *Error with Reason FailureSetup.
+	Boot(ctx context.Context, spec BootSpec) (handle string, err error)
+	// Freeze stops every process of the instance, keeping its memory.
+	Freeze(ctx context.Context, ref InstanceRef) error
+	// Thaw continues a frozen instance exactly where it stopped.
+	Thaw(ctx context.Context, ref InstanceRef) error
+	// Stop ends the instance's processes and keeps its disk.
+	Stop(ctx context.Context, ref InstanceRef) error
+	// Destroy ends the instance and removes its disk and any snapshot.
+	Destroy(ctx context.Context, ref InstanceRef) error
+	// Inspect tells the state of the instance.
+	Inspect(ctx context.Context, ref InstanceRef) (InstanceStatus, error)
+	// Wait blocks until the instance stops (or ctx ends) and says why it
+	// stopped.
+	Wait(ctx context.Context, ref InstanceRef) (InstanceStatus, error)
+	// Exec runs a command inside a running instance.
+	Exec(ctx context.Context, ref InstanceRef, req ExecRequest) (ExecResult, error)
+	// List returns the ids of every sandbox the runtime holds anything for
+	// (an instance, a disk, a mount), so that leftovers can be cleaned.
+	List(ctx context.Context) ([]string, error)
+}
+
+// InstanceRef addresses a sandbox's instance in a runtime.
+type InstanceRef struct {
+	SandboxID string
+	Handle    string
+}
+
+// BootSpec is what a runtime needs to boot an instance.
+type BootSpec struct {
+	SandboxID string
+	Template  Template
+	Resources Resources
+	Env       map[string]string
+	Hostname  string
+	// Setup and Entrypoint: see RuntimeConfig.
+	Setup      []string
+	Entrypoint []string
+}
+
+// InstanceState is what a runtime sees of an instance.
+type InstanceState string
+
+const (
+	InstanceRunning InstanceState = "running"
+	InstanceFrozen  InstanceState = "frozen"
+	// InstanceStopped: the instance exited; Failure says how.
+	InstanceStopped InstanceState = "stopped"
+	// InstanceMissing: no instance at all (never booted, stopped and
+	// removed, or lost with the host).
+	InstanceMissing InstanceState = "missing"
+)
+
+// InstanceStatus is the answer of Inspect and Wait.
+type InstanceStatus struct {
+	State InstanceState
+	// Failure says why a stopped instance stopped, when the runtime knows.
+	Failure *Failure
+	// DiskExists reports whether the sandbox's disk is there.
+	DiskExists bool
+}
+
+// ExecRequest is a command to run inside a sandbox.
+type ExecRequest struct {
+	Cmd     []string
+	Env     map[string]string
+	Cwd     string
+	Stdin   io.Reader
+	Stdout  io.Writer
+	Stderr  io.Writer
+	Timeout time.Duration
+}
+
+// ExecResult is how a command ended.
+type ExecResult struct {
+	ExitCode int  `json:"exit_code"`
+	TimedOut bool `json:"timed_out"`
+}

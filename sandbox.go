@@ -1,0 +1,248 @@
+// Package torpor holds the domain of the torpor sandbox platform: sandboxes,
+// their states and failures, tenants and keys, events, the error kinds, and
+// the interfaces the lifecycle engine needs from a runtime, a store and a
+// clock. It imports no transport, SQL or runtime code.
+package torpor
+
+import (
+	"crypto/rand"
+	"time"
+)
+
+// State is where a sandbox is in its lifecycle.
+type State string
+
+// The states of DESIGN.md §1 and spec 003.
+const (
+	StateStarting    State = "starting"
+	StateRunning     State = "running"
+	StatePausing     State = "pausing"
+	StatePaused      State = "paused"
+	StateResuming    State = "resuming"
+	StateHibernating State = "hibernating"
+	StateHibernated  State = "hibernated"
+	StateRestarting  State = "restarting"
+	StateTerminating State = "terminating"
+	StateTerminated  State = "terminated"
+	StateFailed      State = "failed"
+)
+
+// AllStates lists every state in lifecycle order.
+var AllStates = []State{
+	StateStarting, StateRunning, StatePausing, StatePaused, StateResuming,
+	StateHibernating, StateHibernated, StateRestarting, StateTerminating,
+	StateTerminated, StateFailed,
+}
+
+// Valid reports whether s is one of the known states.
+func (s State) Valid() bool {
+	for _, k := range AllStates {
+		if s == k {
+			return true
+		}
+	}
+	return false
+}
+
+// Transitional reports whether s is a short in-between state that a verb
+// passes through (and that a restarted daemon must finish or roll back).
+func (s State) Transitional() bool {
+	switch s {
+	case StateStarting, StatePausing, StateResuming, StateHibernating, StateRestarting, StateTerminating:
+		return true
+	}
+	return false
+}
+
+// PauseMode is how a pause stops a sandbox's processes.
+type PauseMode string
+
+const (
+	// PauseFreeze stops the processes with the cgroup freezer; memory stays resident.
+	PauseFreeze PauseMode = "freeze"
+	// PauseSnapshot writes memory and CPU state to disk and releases the RAM.
+	PauseSnapshot PauseMode = "snapshot"
+)
+
+// Failure codes carried by a failed sandbox.
+const (
+	FailureSetup      = "setup_failed"
+	FailureEntrypoint = "entrypoint_exited"
+	FailureOOM        = "out_of_memory"
+	FailureRuntime    = "runtime_error"
+)
+
+// Failure says why a sandbox is failed.
+type Failure struct {
+	Code     string `json:"code"`
+	Message  string `json:"message"`
+	ExitCode *int   `json:"exit_code,omitempty"`
+}
+
+// Resources are the limits a sandbox runs under.
+type Resources struct {
+	VCPUs     float64 `json:"vcpus"`
+	MemoryMiB int64   `json:"memory_mib"`
+	Pids      int64   `json:"pids"`
+	DiskMiB   int64   `json:"disk_mib"`
+}
+
+// RuntimeConfig is what runs inside a sandbox at each boot (spec 003:
+// setup commands, then the entrypoint) and on which runtime.
+type RuntimeConfig struct {
+	// Kind names the runtime ("runc"); empty means the server's default.
+	Kind string `json:"kind,omitempty"`
+	// Setup holds shell commands (run with /bin/sh -c) at each boot, in
+	// order, before the entrypoint. A failing command fails the boot.
+	Setup []string `json:"setup,omitempty"`
+	// Entrypoint is the argv of the long-running service. When it exits the
+	// sandbox fails with its exit status. Empty: a minimal init waits.
+	Entrypoint []string `json:"entrypoint,omitempty"`
+}
+
+// Sandbox is one isolated environment and its lifecycle record.
+type Sandbox struct {
+	ID             string            `json:"id"`
+	Tenant         string            `json:"tenant"`
+	Template       string            `json:"template"`
+	State          State             `json:"state"`
+	StateSince     time.Time         `json:"state_since"`
+	Failure        *Failure          `json:"failure"`
+	CreatedAt      time.Time         `json:"created_at"`
+	LastActivityAt time.Time         `json:"last_activity_at"`
+	TerminatedAt   *time.Time        `json:"terminated_at,omitempty"`
+	Resources      Resources         `json:"resources"`
+	Metadata       map[string]string `json:"metadata"`
+	Runtime        RuntimeConfig     `json:"runtime"`
+	// PauseModes are the pause kinds this sandbox's runtime can do.
+	PauseModes []PauseMode `json:"pause_modes"`
+	// PauseMode is how the sandbox is (or is being) paused; empty otherwise.
+	PauseMode PauseMode `json:"pause_mode,omitempty"`
+	// Boots counts fresh boots (create, start from hibernation, restart).
+	Boots int `json:"boots"`
+
+	// Env is never returned by the API: it often carries secrets.
+	Env map[string]string `json:"-"`
+	// Handle is the runtime's opaque reattachment handle.
+	Handle string `json:"-"`
+	// Version increases with every stored change; stores compare it to
+	// refuse lost updates.
+	Version int64 `json:"-"`
+}
+
+// Clone returns a deep copy, so callers can change it without touching s.
+func (s *Sandbox) Clone() *Sandbox {
+	c := *s
+	c.Metadata = cloneMap(s.Metadata)
+	c.Env = cloneMap(s.Env)
+	c.Runtime.Setup = append([]string(nil), s.Runtime.Setup...)
+	c.Runtime.Entrypoint = append([]string(nil), s.Runtime.Entrypoint...)
+	c.PauseModes = append([]PauseMode(nil), s.PauseModes...)
+	if s.Failure != nil {
+		f := *s.Failure
+		c.Failure = &f
+	}
+	if s.TerminatedAt != nil {
+		t := *s.TerminatedAt
+		c.TerminatedAt = &t
+	}
+	return &c
+}
+
+func cloneMap(m map[string]string) map[string]string {
+	if m == nil {
+		return nil
+	}
+	c := make(map[string]string, len(m))
+	for k, v := range m {
+		c[k] = v
+	}
+	return c
+}
+
+// Template is a root filesystem that sandboxes are created from. Its files
+// are shared read-only by every sandbox made from it.
+type Template struct {
+	Name      string    `json:"name"`
+	RootFS    string    `json:"-"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// Tenant owns sandboxes and keys; a tenant sees only its own sandboxes.
+type Tenant struct {
+	Name      string    `json:"name"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// APIKey authenticates requests for a tenant. Only a hash of the secret is
+// stored.
+type APIKey struct {
+	ID        string    `json:"id"`
+	Tenant    string    `json:"tenant"`
+	Admin     bool      `json:"admin"`
+	Hash      string    `json:"-"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// Event records something that happened to a sandbox. Events are written in
+// the same transaction as the state change they describe.
+type Event struct {
+	// Seq is the event's position in the global stream (the cursor),
+	// assigned by the store.
+	Seq       int64             `json:"seq"`
+	Type      string            `json:"type"`
+	SandboxID string            `json:"sandbox_id"`
+	Tenant    string            `json:"tenant"`
+	Time      time.Time         `json:"time"`
+	Attrs     map[string]string `json:"attrs,omitempty"`
+}
+
+// Event types.
+const (
+	EventCreated     = "sandbox.created"
+	EventStarted     = "sandbox.started"
+	EventPaused      = "sandbox.paused"
+	EventResumed     = "sandbox.resumed"
+	EventHibernated  = "sandbox.hibernated"
+	EventRestarted   = "sandbox.restarted"
+	EventFailed      = "sandbox.failed"
+	EventTerminated  = "sandbox.terminated"
+	EventReconciled  = "sandbox.reconciled"
+	EventStateChange = "sandbox.state"
+)
+
+const idAlphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+
+// NewID returns prefix followed by n random lowercase letters and digits,
+// safe in host names and paths.
+func NewID(prefix string, n int) string {
+	out := make([]byte, 0, n)
+	buf := make([]byte, n+8)
+	for len(out) < n {
+		if _, err := rand.Read(buf); err != nil {
+			panic("torpor: no randomness: " + err.Error())
+		}
+		for _, c := range buf {
+			// 252 = 7*36: dropping bytes above it keeps every character equally likely.
+			if c < 252 && len(out) < n {
+				out = append(out, idAlphabet[int(c)%len(idAlphabet)])
+			}
+		}
+	}
+	return prefix + string(out)
+}
+
+// ValidID reports whether id could have been made by NewID: it guards every
+// id that reaches a path or a runtime from outside.
+func ValidID(id string) bool {
+	if len(id) == 0 || len(id) > 64 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_') {
+			return false
+		}
+	}
+	return true
+}

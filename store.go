@@ -1,0 +1,81 @@
+package torpor
+
+import (
+	"context"
+	"time"
+)
+
+// SandboxStore keeps sandbox records and their events.
+type SandboxStore interface {
+	// CreateSandbox inserts sb (Version becomes 1) together with events.
+	// An existing id is a conflict.
+	CreateSandbox(ctx context.Context, sb *Sandbox, events ...Event) error
+	// GetSandbox returns the record, or not_found.
+	GetSandbox(ctx context.Context, id string) (*Sandbox, error)
+	// ListSandboxes returns the records that match f, oldest first.
+	ListSandboxes(ctx context.Context, f SandboxFilter) ([]*Sandbox, error)
+	// UpdateSandbox replaces the record if its stored Version equals
+	// sb.Version (a conflict otherwise), increments sb.Version, and appends
+	// events, all in one transaction.
+	UpdateSandbox(ctx context.Context, sb *Sandbox, events ...Event) error
+	// ListEvents returns events after a cursor, oldest first.
+	ListEvents(ctx context.Context, f EventFilter) ([]Event, error)
+}
+
+// SandboxFilter selects sandboxes. Zero fields match everything.
+type SandboxFilter struct {
+	Tenant string
+	// States keeps only these states. Empty: every state but terminated,
+	// unless IncludeTerminated.
+	States            []State
+	IncludeTerminated bool
+	// Metadata keeps sandboxes whose metadata has every key with its value.
+	Metadata map[string]string
+}
+
+// EventFilter selects events.
+type EventFilter struct {
+	After     int64
+	Tenant    string
+	SandboxID string
+	Limit     int
+}
+
+// AuthStore keeps tenants and API keys.
+type AuthStore interface {
+	// CreateTenant inserts a tenant; an existing name is a conflict.
+	CreateTenant(ctx context.Context, t Tenant) error
+	GetTenant(ctx context.Context, name string) (*Tenant, error)
+	ListTenants(ctx context.Context) ([]Tenant, error)
+	// CreateAPIKey inserts a key; its tenant must exist.
+	CreateAPIKey(ctx context.Context, k APIKey) error
+	// APIKeyByHash finds a key by the hash of its secret, or not_found.
+	APIKeyByHash(ctx context.Context, hash string) (*APIKey, error)
+}
+
+// TemplateStore keeps the templates sandboxes are made from.
+type TemplateStore interface {
+	// PutTemplate inserts or replaces a template.
+	PutTemplate(ctx context.Context, t Template) error
+	GetTemplate(ctx context.Context, name string) (*Template, error)
+	ListTemplates(ctx context.Context) ([]Template, error)
+}
+
+// Store is everything the daemon persists.
+type Store interface {
+	SandboxStore
+	AuthStore
+	TemplateStore
+	Close() error
+}
+
+// Clock tells the time. The engine takes one so tests control time.
+type Clock interface {
+	Now() time.Time
+}
+
+// SystemClock is the real clock.
+type SystemClock struct{}
+
+// Now returns the current time in UTC.
+func (SystemClock) Now() time.Time { return time.Now().UTC() }
