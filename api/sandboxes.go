@@ -1,0 +1,167 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"strings"
+
+	"github.com/torpor-dev/torpor"
+	"github.com/torpor-dev/torpor/api/wire"
+	"github.com/torpor-dev/torpor/lifecycle"
+)
+
+func (s *Server) create(w http.ResponseWriter, r *http.Request, p principal) error {
+	var req torpor.CreateRequest
+	if err := decode(r, &req, false); err != nil {
+		return err
+	}
+	sb, err := s.eng.Create(r.Context(), p.tenant, req)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, sb)
+	return nil
+}
+
+func (s *Server) list(w http.ResponseWriter, r *http.Request, p principal) error {
+	q := r.URL.Query()
+	all, err := queryBool(r, "all")
+	if err != nil {
+		return err
+	}
+	f := torpor.SandboxFilter{IncludeTerminated: all}
+	for _, v := range q["state"] {
+		for _, st := range strings.Split(v, ",") {
+			if st != "" {
+				f.States = append(f.States, torpor.State(st))
+			}
+		}
+	}
+	for k, vs := range q {
+		if key, ok := strings.CutPrefix(k, "metadata."); ok {
+			if f.Metadata == nil {
+				f.Metadata = map[string]string{}
+			}
+			f.Metadata[key] = vs[0]
+		}
+	}
+	sbs, err := s.eng.List(r.Context(), p.tenant, f)
+	if err != nil {
+		return err
+	}
+	if sbs == nil {
+		sbs = []*torpor.Sandbox{}
+	}
+	writeJSON(w, http.StatusOK, wire.SandboxList{Sandboxes: sbs})
+	return nil
+}
+
+func (s *Server) get(w http.ResponseWriter, r *http.Request, p principal) error {
+	sb, err := s.eng.Get(r.Context(), p.tenant, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, sb)
+	return nil
+}
+
+func (s *Server) update(w http.ResponseWriter, r *http.Request, p principal) error {
+	var req torpor.UpdateRequest
+	if err := decode(r, &req, false); err != nil {
+		return err
+	}
+	sb, err := s.eng.Update(r.Context(), p.tenant, r.PathValue("id"), req)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, sb)
+	return nil
+}
+
+func (s *Server) delete(w http.ResponseWriter, r *http.Request, p principal) error {
+	return s.verb((*lifecycle.Engine).Delete)(w, r, p)
+}
+
+func (s *Server) pause(w http.ResponseWriter, r *http.Request, p principal) error {
+	var req wire.PauseRequest
+	if err := decode(r, &req, true); err != nil {
+		return err
+	}
+	switch req.Mode {
+	case "", torpor.PauseFreeze, torpor.PauseSnapshot:
+	default:
+		return torpor.Invalid("mode", "mode must be %q or %q", torpor.PauseFreeze, torpor.PauseSnapshot)
+	}
+	sb, err := s.eng.Pause(r.Context(), p.tenant, r.PathValue("id"), req.Mode)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, sb)
+	return nil
+}
+
+func (s *Server) start(w http.ResponseWriter, r *http.Request, p principal) error {
+	return s.verb((*lifecycle.Engine).Start)(w, r, p)
+}
+
+// verb adapts an engine verb that takes no body to a handler.
+func (s *Server) verb(fn func(*lifecycle.Engine, context.Context, string, string) (*torpor.Sandbox, error)) handler {
+	return func(w http.ResponseWriter, r *http.Request, p principal) error {
+		if err := decode(r, &struct{}{}, true); err != nil {
+			return err
+		}
+		sb, err := fn(s.eng, r.Context(), p.tenant, r.PathValue("id"))
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, sb)
+		return nil
+	}
+}
+
+func (s *Server) templates(w http.ResponseWriter, r *http.Request, p principal) error {
+	ts, err := s.tmpls.ListTemplates(r.Context())
+	if err != nil {
+		return err
+	}
+	if ts == nil {
+		ts = []torpor.Template{}
+	}
+	writeJSON(w, http.StatusOK, wire.TemplateList{Templates: ts})
+	return nil
+}
+
+func (s *Server) events(w http.ResponseWriter, r *http.Request, p principal) error {
+	return s.listEvents(w, r, p, "")
+}
+
+func (s *Server) sandboxEvents(w http.ResponseWriter, r *http.Request, p principal) error {
+	return s.listEvents(w, r, p, r.PathValue("id"))
+}
+
+func (s *Server) listEvents(w http.ResponseWriter, r *http.Request, p principal, id string) error {
+	since, err := queryInt(r, "since", 0)
+	if err != nil {
+		return err
+	}
+	limit, err := queryInt(r, "limit", 1000)
+	if err != nil {
+		return err
+	}
+	if limit == 0 || limit > 10000 {
+		return torpor.Invalid("limit", "must be between 1 and 10000")
+	}
+	evs, err := s.eng.Events(r.Context(), p.tenant, torpor.EventFilter{After: since, SandboxID: id, Limit: int(limit)})
+	if err != nil {
+		return err
+	}
+	next := since
+	if len(evs) > 0 {
+		next = evs[len(evs)-1].Seq
+	}
+	if evs == nil {
+		evs = []torpor.Event{}
+	}
+	writeJSON(w, http.StatusOK, wire.EventList{Events: evs, Next: next})
+	return nil
+}

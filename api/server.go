@@ -1,0 +1,164 @@
+// Package api is torpor's native HTTP API: JSON over /v1, bearer-key
+// authentication, tenants, and the error shape of DESIGN.md §3. Handlers
+// translate HTTP to calls on the lifecycle engine and back; they hold no
+// lifecycle logic.
+package api
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/torpor-dev/torpor"
+	"github.com/torpor-dev/torpor/lifecycle"
+)
+
+// Config is what a Server needs.
+type Config struct {
+	Engine *lifecycle.Engine
+	Auth   torpor.AuthStore
+	// Templates lists the templates sandboxes can be made from.
+	Templates torpor.TemplateStore
+	Clock     torpor.Clock
+	Logger    *slog.Logger
+}
+
+// Server serves the native API.
+type Server struct {
+	eng   *lifecycle.Engine
+	auth  torpor.AuthStore
+	tmpls torpor.TemplateStore
+	clock torpor.Clock
+	log   *slog.Logger
+	mux   *http.ServeMux
+	ready atomic.Bool
+}
+
+// principal is who made a request.
+type principal struct {
+	tenant string
+	admin  bool
+}
+
+type handler func(w http.ResponseWriter, r *http.Request, p principal) error
+
+// route is one endpoint. The table in routes() is the single list of
+// endpoints; docs/api.md is checked against it.
+type route struct {
+	method, path string
+	h            handler
+	admin        bool
+}
+
+// Routes returns "METHOD PATH" of every endpoint, for documentation checks.
+func Routes() []string {
+	var s *Server
+	var out []string
+	for _, rt := range s.routes() {
+		out = append(out, rt.method+" "+rt.path)
+	}
+	return append(out, "GET /healthz")
+}
+
+func (s *Server) routes() []route {
+	return []route{
+		{"POST", "/v1/sandboxes", s.create, false},
+		{"GET", "/v1/sandboxes", s.list, false},
+		{"GET", "/v1/sandboxes/{id}", s.get, false},
+		{"PATCH", "/v1/sandboxes/{id}", s.update, false},
+		{"DELETE", "/v1/sandboxes/{id}", s.delete, false},
+		{"POST", "/v1/sandboxes/{id}/pause", s.pause, false},
+		{"POST", "/v1/sandboxes/{id}/start", s.start, false},
+		{"POST", "/v1/sandboxes/{id}/resume", s.start, false},
+		{"POST", "/v1/sandboxes/{id}/connect", s.start, false},
+		{"POST", "/v1/sandboxes/{id}/hibernate", s.verb((*lifecycle.Engine).Hibernate), false},
+		{"POST", "/v1/sandboxes/{id}/restart", s.verb((*lifecycle.Engine).Restart), false},
+		{"POST", "/v1/sandboxes/{id}/touch", s.verb((*lifecycle.Engine).Touch), false},
+		{"POST", "/v1/sandboxes/{id}/exec", s.exec, false},
+		{"GET", "/v1/sandboxes/{id}/events", s.sandboxEvents, false},
+		{"GET", "/v1/events", s.events, false},
+		{"GET", "/v1/templates", s.templates, false},
+		{"GET", "/v1/tenants", s.listTenants, true},
+		{"POST", "/v1/tenants", s.createTenant, true},
+		{"POST", "/v1/keys", s.createKey, true},
+	}
+}
+
+// New returns a server. It answers 503 until SetReady is called.
+func New(cfg Config) *Server {
+	s := &Server{eng: cfg.Engine, auth: cfg.Auth, tmpls: cfg.Templates, clock: cfg.Clock, log: cfg.Logger, mux: http.NewServeMux()}
+	if s.clock == nil {
+		s.clock = torpor.SystemClock{}
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		if !s.ready.Load() {
+			s.writeError(w, r, &torpor.Error{Code: torpor.EUnavailable, Message: "starting", RetryAfter: time.Second})
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	for _, rt := range s.routes() {
+		s.mux.Handle(rt.method+" "+rt.path, s.wrap(rt))
+	}
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		s.writeError(w, r, torpor.Errorf(torpor.ENotFound, "no endpoint %s %s", r.Method, r.URL.Path))
+	})
+	return s
+}
+
+// SetReady makes the server answer requests (after recovery finished).
+func (s *Server) SetReady() { s.ready.Store(true) }
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.mux.ServeHTTP(w, r)
+}
+
+// wrap authenticates, checks readiness and admin rights, and turns a
+// handler's error into the error response.
+func (s *Server) wrap(rt route) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		err := s.serve(w, r, rt)
+		if err != nil {
+			s.writeError(w, r, err)
+		}
+		s.log.Debug("request", "method", r.Method, "path", r.URL.Path, "took", time.Since(start), "code", torpor.ErrorCodeOf(err))
+	})
+}
+
+func (s *Server) serve(w http.ResponseWriter, r *http.Request, rt route) error {
+	if !s.ready.Load() {
+		return &torpor.Error{Code: torpor.EUnavailable, Message: "the daemon is starting", RetryAfter: time.Second}
+	}
+	p, err := s.authenticate(r.Context(), r)
+	if err != nil {
+		return err
+	}
+	if rt.admin && !p.admin {
+		return torpor.Errorf(torpor.EForbidden, "this needs an admin key")
+	}
+	return rt.h(w, r, p)
+}
+
+func (s *Server) authenticate(ctx context.Context, r *http.Request) (principal, error) {
+	const prefix = "Bearer "
+	h := r.Header.Get("Authorization")
+	if len(h) <= len(prefix) || h[:len(prefix)] != prefix {
+		return principal{}, torpor.Errorf(torpor.EUnauthenticated, "send an API key as 'Authorization: Bearer KEY'")
+	}
+	k, err := s.auth.APIKeyByHash(ctx, torpor.HashKey(h[len(prefix):]))
+	if err != nil {
+		if torpor.IsCode(err, torpor.ENotFound) {
+			return principal{}, torpor.Errorf(torpor.EUnauthenticated, "unknown API key")
+		}
+		return principal{}, err
+	}
+	return principal{tenant: k.Tenant, admin: k.Admin}, nil
+}

@@ -1,0 +1,318 @@
+// Package client is the Go SDK of torpor's native HTTP API. Errors come back
+// as *torpor.Error with the code the server sent; IsNotFound, IsConflict and
+// the other helpers test for them.
+package client
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/torpor-dev/torpor"
+	"github.com/torpor-dev/torpor/api/wire"
+)
+
+// Client talks to one torpor daemon.
+type Client struct {
+	base *url.URL
+	key  string
+	http *http.Client
+}
+
+// New returns a client for the daemon at baseURL (e.g.
+// "http://127.0.0.1:7070") authenticating with apiKey.
+func New(baseURL, apiKey string) (*Client, error) {
+	u, err := url.Parse(strings.TrimRight(baseURL, "/"))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("client: %q is not an http(s) URL", baseURL)
+	}
+	return &Client{base: u, key: strings.TrimSpace(apiKey), http: &http.Client{}}, nil
+}
+
+// WithHTTPClient returns a copy of c that uses hc.
+func (c *Client) WithHTTPClient(hc *http.Client) *Client {
+	cp := *c
+	cp.http = hc
+	return &cp
+}
+
+// Error helpers: each reports whether err carries that code.
+func IsNotFound(err error) bool { return torpor.IsCode(err, torpor.ENotFound) }
+func IsConflict(err error) bool { return torpor.IsCode(err, torpor.EConflict) }
+func IsInvalid(err error) bool  { return torpor.IsCode(err, torpor.EInvalid) }
+func IsGone(err error) bool     { return torpor.IsCode(err, torpor.EGone) }
+func IsUnauthenticated(err error) bool {
+	return torpor.IsCode(err, torpor.EUnauthenticated)
+}
+func IsForbidden(err error) bool   { return torpor.IsCode(err, torpor.EForbidden) }
+func IsUnavailable(err error) bool { return torpor.IsCode(err, torpor.EUnavailable) }
+
+// do sends a request with a JSON body (nil for none) and decodes a JSON
+// answer into out (nil to drop it).
+func (c *Client) do(ctx context.Context, method, path string, query url.Values, body, out any) error {
+	resp, err := c.send(ctx, method, path, query, body, "application/json")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if out == nil {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("client: decoding %s %s: %w", method, path, err)
+	}
+	return nil
+}
+
+// send performs a request and turns an error status into *torpor.Error.
+func (c *Client) send(ctx context.Context, method, path string, query url.Values, body any, accept string) (*http.Response, error) {
+	u := *c.base
+	u.Path = c.base.Path + path
+	u.RawQuery = query.Encode()
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, fmt.Errorf("client: encoding request: %w", err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), rd)
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", accept)
+	if c.key != "" {
+		req.Header.Set("Authorization", "Bearer "+c.key)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode >= 400 {
+		defer resp.Body.Close()
+		return nil, decodeError(resp)
+	}
+	return resp, nil
+}
+
+func decodeError(resp *http.Response) error {
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	var eb wire.ErrorBody
+	e := &torpor.Error{}
+	if json.Unmarshal(data, &eb) == nil && eb.Error.Code != "" {
+		d := eb.Error
+		e.Code, e.Message, e.Param, e.Reason, e.State = d.Code, d.Message, d.Param, d.Reason, d.State
+	} else {
+		e.Code = wire.CodeForStatus(resp.StatusCode)
+		e.Message = strings.TrimSpace(string(data))
+		if e.Message == "" {
+			e.Message = resp.Status
+		}
+	}
+	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil {
+		e.RetryAfter = time.Duration(s) * time.Second
+	}
+	return e
+}
+
+// Health returns nil once the daemon is ready.
+func (c *Client) Health(ctx context.Context) error {
+	return c.do(ctx, "GET", "/healthz", nil, nil, nil)
+}
+
+// Create makes a sandbox and returns it once it is running (or failed).
+func (c *Client) Create(ctx context.Context, req torpor.CreateRequest) (*torpor.Sandbox, error) {
+	var sb torpor.Sandbox
+	return &sb, c.do(ctx, "POST", "/v1/sandboxes", nil, req, &sb)
+}
+
+// Get returns a sandbox.
+func (c *Client) Get(ctx context.Context, id string) (*torpor.Sandbox, error) {
+	var sb torpor.Sandbox
+	return &sb, c.do(ctx, "GET", "/v1/sandboxes/"+url.PathEscape(id), nil, nil, &sb)
+}
+
+// ListOptions filter List.
+type ListOptions struct {
+	States []torpor.State
+	// Metadata keeps sandboxes with all these key=value pairs.
+	Metadata map[string]string
+	// All includes terminated sandboxes.
+	All bool
+}
+
+// List returns the caller's sandboxes.
+func (c *Client) List(ctx context.Context, o ListOptions) ([]*torpor.Sandbox, error) {
+	q := url.Values{}
+	for _, s := range o.States {
+		q.Add("state", string(s))
+	}
+	for k, v := range o.Metadata {
+		q.Set("metadata."+k, v)
+	}
+	if o.All {
+		q.Set("all", "true")
+	}
+	var out wire.SandboxList
+	return out.Sandboxes, c.do(ctx, "GET", "/v1/sandboxes", q, nil, &out)
+}
+
+// Update changes a sandbox's metadata.
+func (c *Client) Update(ctx context.Context, id string, req torpor.UpdateRequest) (*torpor.Sandbox, error) {
+	var sb torpor.Sandbox
+	return &sb, c.do(ctx, "PATCH", "/v1/sandboxes/"+url.PathEscape(id), nil, req, &sb)
+}
+
+func (c *Client) verb(ctx context.Context, id, verb string, body any) (*torpor.Sandbox, error) {
+	var sb torpor.Sandbox
+	return &sb, c.do(ctx, "POST", "/v1/sandboxes/"+url.PathEscape(id)+"/"+verb, nil, body, &sb)
+}
+
+// Pause freezes a running sandbox (mode "" is the runtime's default).
+func (c *Client) Pause(ctx context.Context, id string, mode torpor.PauseMode) (*torpor.Sandbox, error) {
+	return c.verb(ctx, id, "pause", wire.PauseRequest{Mode: mode})
+}
+
+// Start continues a paused sandbox or boots a hibernated one.
+func (c *Client) Start(ctx context.Context, id string) (*torpor.Sandbox, error) {
+	return c.verb(ctx, id, "start", nil)
+}
+
+// Connect is Start under the name E2B and CubeSandbox users know.
+func (c *Client) Connect(ctx context.Context, id string) (*torpor.Sandbox, error) {
+	return c.verb(ctx, id, "connect", nil)
+}
+
+// Hibernate ends a sandbox's processes and keeps its disk.
+func (c *Client) Hibernate(ctx context.Context, id string) (*torpor.Sandbox, error) {
+	return c.verb(ctx, id, "hibernate", nil)
+}
+
+// Restart boots a running sandbox again on a fresh instance.
+func (c *Client) Restart(ctx context.Context, id string) (*torpor.Sandbox, error) {
+	return c.verb(ctx, id, "restart", nil)
+}
+
+// Touch records activity.
+func (c *Client) Touch(ctx context.Context, id string) (*torpor.Sandbox, error) {
+	return c.verb(ctx, id, "touch", nil)
+}
+
+// Delete terminates a sandbox and removes its disk.
+func (c *Client) Delete(ctx context.Context, id string) (*torpor.Sandbox, error) {
+	var sb torpor.Sandbox
+	return &sb, c.do(ctx, "DELETE", "/v1/sandboxes/"+url.PathEscape(id), nil, nil, &sb)
+}
+
+// ExecRequest is a command to run; see wire.ExecRequest.
+type ExecRequest = wire.ExecRequest
+
+// ExecResult is how a command ended, with its output when not streamed.
+type ExecResult = wire.ExecResponse
+
+// Exec runs a command and returns its output once it ends.
+func (c *Client) Exec(ctx context.Context, id string, req ExecRequest) (*ExecResult, error) {
+	var out ExecResult
+	return &out, c.do(ctx, "POST", "/v1/sandboxes/"+url.PathEscape(id)+"/exec", nil, req, &out)
+}
+
+// ExecStream runs a command, passing output to stdout and stderr as it is
+// produced, and returns how it ended (the result carries no output).
+func (c *Client) ExecStream(ctx context.Context, id string, req ExecRequest, stdout, stderr io.Writer) (*ExecResult, error) {
+	resp, err := c.send(ctx, "POST", "/v1/sandboxes/"+url.PathEscape(id)+"/exec", nil, req, "text/event-stream")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	var event string
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "event: "):
+			event = strings.TrimPrefix(line, "event: ")
+		case strings.HasPrefix(line, "data: "):
+			data := []byte(strings.TrimPrefix(line, "data: "))
+			switch event {
+			case wire.EventStdout, wire.EventStderr:
+				var ch wire.ExecChunk
+				if err := json.Unmarshal(data, &ch); err != nil {
+					return nil, fmt.Errorf("client: bad output event: %w", err)
+				}
+				w := stdout
+				if event == wire.EventStderr {
+					w = stderr
+				}
+				if w != nil {
+					_, _ = io.WriteString(w, ch.Data)
+				}
+			case wire.EventExit:
+				var res ExecResult
+				if err := json.Unmarshal(data, &res); err != nil {
+					return nil, fmt.Errorf("client: bad exit event: %w", err)
+				}
+				return &res, nil
+			case wire.EventError:
+				var eb wire.ErrorBody
+				_ = json.Unmarshal(data, &eb)
+				return nil, &torpor.Error{Code: eb.Error.Code, Message: eb.Error.Message}
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	return nil, errors.New("client: the exec stream ended without an exit status")
+}
+
+// Events returns events after the cursor since (of one sandbox when id is
+// not empty) and the cursor to continue from.
+func (c *Client) Events(ctx context.Context, id string, since int64) ([]torpor.Event, int64, error) {
+	p := "/v1/events"
+	if id != "" {
+		p = "/v1/sandboxes/" + url.PathEscape(id) + "/events"
+	}
+	var out wire.EventList
+	err := c.do(ctx, "GET", p, url.Values{"since": {strconv.FormatInt(since, 10)}}, nil, &out)
+	return out.Events, out.Next, err
+}
+
+// Templates lists the templates sandboxes can be made from.
+func (c *Client) Templates(ctx context.Context) ([]torpor.Template, error) {
+	var out wire.TemplateList
+	return out.Templates, c.do(ctx, "GET", "/v1/templates", nil, nil, &out)
+}
+
+// CreateTenant makes a tenant (admin keys only).
+func (c *Client) CreateTenant(ctx context.Context, name string) (*torpor.Tenant, error) {
+	var t torpor.Tenant
+	return &t, c.do(ctx, "POST", "/v1/tenants", nil, wire.TenantRequest{Name: name}, &t)
+}
+
+// Tenants lists tenants (admin keys only).
+func (c *Client) Tenants(ctx context.Context) ([]torpor.Tenant, error) {
+	var out wire.TenantList
+	return out.Tenants, c.do(ctx, "GET", "/v1/tenants", nil, nil, &out)
+}
+
+// CreateKey makes an API key for a tenant, and the tenant if it is new
+// (admin keys only). The secret is in the result's Key, shown only once.
+func (c *Client) CreateKey(ctx context.Context, tenant string, admin bool) (*wire.KeyCreated, error) {
+	var out wire.KeyCreated
+	return &out, c.do(ctx, "POST", "/v1/keys", nil, wire.KeyRequest{Tenant: tenant, Admin: admin}, &out)
+}

@@ -1,0 +1,328 @@
+// Package lifecycle is the engine that moves sandboxes through their states:
+// it persists every transition before and after it acts on the runtime,
+// watches running instances, and reconciles after a restart. It knows no
+// HTTP and no SQL.
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/torpor-dev/torpor"
+)
+
+// Config is what an Engine is built from.
+type Config struct {
+	Store torpor.Store
+	// Runtimes by kind; DefaultRuntime names the one used when a request
+	// names none (the first one when empty).
+	Runtimes       []torpor.Runtime
+	DefaultRuntime string
+	Clock          torpor.Clock
+	Logger         *slog.Logger
+	Limits         torpor.Limits
+	// Failpoint, when set, is called at named points of each transition
+	// ("pause.before-runtime", "pause.after-runtime", ...). Crash tests use
+	// it to kill the daemon mid-transition; production leaves it nil.
+	Failpoint func(name string)
+}
+
+// Engine runs the lifecycle of every sandbox.
+type Engine struct {
+	store    torpor.Store
+	runtimes map[string]torpor.Runtime
+	defKind  string
+	clock    torpor.Clock
+	log      *slog.Logger
+	limits   torpor.Limits
+	fail     func(string)
+
+	locks *keyedMutex
+
+	bg       context.Context
+	stopBG   context.CancelFunc
+	wg       sync.WaitGroup
+	watchMu  sync.Mutex
+	watchers map[string]*watcher
+}
+
+// New returns an engine. Call Recover before serving requests.
+func New(cfg Config) (*Engine, error) {
+	if cfg.Store == nil || len(cfg.Runtimes) == 0 {
+		return nil, errors.New("lifecycle: a store and at least one runtime are required")
+	}
+	e := &Engine{
+		store:    cfg.Store,
+		runtimes: map[string]torpor.Runtime{},
+		defKind:  cfg.DefaultRuntime,
+		clock:    cfg.Clock,
+		log:      cfg.Logger,
+		limits:   cfg.Limits,
+		fail:     cfg.Failpoint,
+		locks:    newKeyedMutex(),
+		watchers: map[string]*watcher{},
+	}
+	for _, rt := range cfg.Runtimes {
+		e.runtimes[rt.Kind()] = rt
+	}
+	if e.defKind == "" {
+		e.defKind = cfg.Runtimes[0].Kind()
+	}
+	if _, ok := e.runtimes[e.defKind]; !ok {
+		return nil, fmt.Errorf("lifecycle: default runtime %q is not configured", e.defKind)
+	}
+	if e.clock == nil {
+		e.clock = torpor.SystemClock{}
+	}
+	if e.log == nil {
+		e.log = slog.New(slog.DiscardHandler)
+	}
+	if e.limits == (torpor.Limits{}) {
+		e.limits = torpor.DefaultLimits
+	}
+	if e.fail == nil {
+		e.fail = func(string) {}
+	}
+	e.bg, e.stopBG = context.WithCancel(context.Background())
+	return e, nil
+}
+
+// Recover reconciles every stored sandbox with its runtime and starts
+// watching the running ones. Call it once, before serving requests.
+func (e *Engine) Recover(ctx context.Context) error {
+	return e.reconcile(ctx)
+}
+
+// Close stops the engine's background work. Sandboxes keep running; a new
+// engine adopts them.
+func (e *Engine) Close() {
+	e.stopBG()
+	e.wg.Wait()
+}
+
+// Runtime returns the runtime of a kind ("" for the default).
+func (e *Engine) runtime(kind string) (torpor.Runtime, error) {
+	if kind == "" {
+		kind = e.defKind
+	}
+	rt, ok := e.runtimes[kind]
+	if !ok {
+		return nil, torpor.Invalid("runtime.kind", "unknown runtime %q", kind)
+	}
+	return rt, nil
+}
+
+func (e *Engine) now() time.Time { return e.clock.Now().UTC() }
+
+// Create makes a sandbox for tenant and boots it. A boot that fails leaves
+// the sandbox failed with the reason; it is returned, not an error.
+func (e *Engine) Create(ctx context.Context, tenant string, req torpor.CreateRequest) (*torpor.Sandbox, error) {
+	res, err := req.Validate(e.limits)
+	if err != nil {
+		return nil, err
+	}
+	rt, err := e.runtime(req.Runtime.Kind)
+	if err != nil {
+		return nil, err
+	}
+	tmpl, err := e.store.GetTemplate(ctx, req.Template)
+	if err != nil {
+		if torpor.IsCode(err, torpor.ENotFound) {
+			return nil, torpor.Invalid("template", "no template named %q", req.Template)
+		}
+		return nil, err
+	}
+	now := e.now()
+	rc := req.Runtime
+	rc.Kind = rt.Kind()
+	sb := &torpor.Sandbox{
+		ID:             torpor.NewID("", 20),
+		Tenant:         tenant,
+		Template:       tmpl.Name,
+		State:          torpor.StateStarting,
+		StateSince:     now,
+		CreatedAt:      now,
+		LastActivityAt: now,
+		Resources:      res,
+		Metadata:       req.Metadata,
+		Env:            req.Env,
+		Runtime:        rc,
+		PauseModes:     rt.PauseModes(),
+	}
+	if sb.Metadata == nil {
+		sb.Metadata = map[string]string{}
+	}
+	unlock := e.locks.lock(sb.ID)
+	defer unlock()
+	if err := e.store.CreateSandbox(ctx, sb, e.event(sb, torpor.EventCreated, "cause", "api")); err != nil {
+		return nil, err
+	}
+	e.fail("create.before-runtime")
+	if err := e.boot(ctx, sb, rt, *tmpl, torpor.EventStarted); err != nil {
+		return nil, err
+	}
+	return sb.Clone(), nil
+}
+
+// boot boots sb's instance fresh and records running, or failed with the
+// reason when the runtime says the boot itself failed. sb must be in the
+// in-between state that led here (starting or restarting).
+func (e *Engine) boot(ctx context.Context, sb *torpor.Sandbox, rt torpor.Runtime, tmpl torpor.Template, evType string) error {
+	e.unwatch(sb.ID)
+	handle, err := rt.Boot(ctx, torpor.BootSpec{
+		SandboxID:  sb.ID,
+		Template:   tmpl,
+		Resources:  sb.Resources,
+		Env:        sb.Env,
+		Hostname:   sb.ID,
+		Setup:      sb.Runtime.Setup,
+		Entrypoint: sb.Runtime.Entrypoint,
+	})
+	e.fail(string(sb.State) + ".after-runtime")
+	sb.Boots++
+	if err != nil {
+		if ctx.Err() != nil {
+			// The caller went away: the boot will be finished by the next
+			// reconcile rather than recorded as a failure it was not.
+			return ctx.Err()
+		}
+		return e.recordFailure(ctx, sb, bootFailure(err))
+	}
+	sb.Handle = handle
+	sb.Failure = nil
+	sb.PauseMode = ""
+	if err := e.setState(ctx, sb, torpor.StateRunning, e.event(sb, evType, "boot", fmt.Sprint(sb.Boots))); err != nil {
+		return err
+	}
+	e.watch(sb.ID, sb.Handle, rt)
+	return nil
+}
+
+func bootFailure(err error) *torpor.Failure {
+	var te *torpor.Error
+	if errors.As(err, &te) && te.Reason == torpor.FailureSetup {
+		return &torpor.Failure{Code: torpor.FailureSetup, Message: te.Message}
+	}
+	return &torpor.Failure{Code: torpor.FailureRuntime, Message: "boot failed: " + err.Error()}
+}
+
+func (e *Engine) recordFailure(ctx context.Context, sb *torpor.Sandbox, f *torpor.Failure) error {
+	sb.Failure = f
+	sb.PauseMode = ""
+	ev := e.event(sb, torpor.EventFailed, "code", f.Code, "message", f.Message)
+	e.log.Warn("sandbox failed", "sandbox", sb.ID, "code", f.Code, "message", f.Message)
+	return e.setState(ctx, sb, torpor.StateFailed, ev)
+}
+
+// setState moves sb to state and stores it with events.
+func (e *Engine) setState(ctx context.Context, sb *torpor.Sandbox, s torpor.State, events ...torpor.Event) error {
+	if sb.State != s {
+		sb.State = s
+		sb.StateSince = e.now()
+	}
+	return e.store.UpdateSandbox(context.WithoutCancel(ctx), sb, events...)
+}
+
+func (e *Engine) event(sb *torpor.Sandbox, typ string, kv ...string) torpor.Event {
+	ev := torpor.Event{Type: typ, SandboxID: sb.ID, Tenant: sb.Tenant, Time: e.now()}
+	if len(kv) > 0 {
+		ev.Attrs = map[string]string{}
+		for i := 0; i+1 < len(kv); i += 2 {
+			ev.Attrs[kv[i]] = kv[i+1]
+		}
+	}
+	return ev
+}
+
+// Get returns one of tenant's sandboxes.
+func (e *Engine) Get(ctx context.Context, tenant, id string) (*torpor.Sandbox, error) {
+	return e.load(ctx, tenant, id)
+}
+
+// load reads a sandbox and hides other tenants' ones behind not_found.
+func (e *Engine) load(ctx context.Context, tenant, id string) (*torpor.Sandbox, error) {
+	notFound := torpor.Errorf(torpor.ENotFound, "no sandbox %q", id)
+	notFound.Param = "id"
+	if !torpor.ValidID(id) {
+		return nil, notFound
+	}
+	sb, err := e.store.GetSandbox(ctx, id)
+	if err != nil {
+		if torpor.IsCode(err, torpor.ENotFound) {
+			return nil, notFound
+		}
+		return nil, err
+	}
+	if sb.Tenant != tenant {
+		return nil, notFound
+	}
+	return sb, nil
+}
+
+// List returns tenant's sandboxes that match f.
+func (e *Engine) List(ctx context.Context, tenant string, f torpor.SandboxFilter) ([]*torpor.Sandbox, error) {
+	for _, s := range f.States {
+		if !s.Valid() {
+			return nil, torpor.Invalid("state", "unknown state %q", s)
+		}
+	}
+	if err := torpor.ValidateMetadata("metadata", f.Metadata); err != nil {
+		return nil, err
+	}
+	f.Tenant = tenant
+	return e.store.ListSandboxes(ctx, f)
+}
+
+// Events returns tenant's events after a cursor.
+func (e *Engine) Events(ctx context.Context, tenant string, f torpor.EventFilter) ([]torpor.Event, error) {
+	if f.SandboxID != "" {
+		if _, err := e.load(ctx, tenant, f.SandboxID); err != nil {
+			return nil, err
+		}
+	}
+	if f.After < 0 {
+		return nil, torpor.Invalid("since", "cursor must not be negative")
+	}
+	f.Tenant = tenant
+	return e.store.ListEvents(ctx, f)
+}
+
+// Update changes a sandbox's metadata.
+func (e *Engine) Update(ctx context.Context, tenant, id string, req torpor.UpdateRequest) (*torpor.Sandbox, error) {
+	unlock := e.locks.lock(id)
+	defer unlock()
+	sb, err := e.load(ctx, tenant, id)
+	if err != nil {
+		return nil, err
+	}
+	if sb.State == torpor.StateTerminated {
+		return nil, gone(sb)
+	}
+	md := map[string]string{}
+	for k, v := range sb.Metadata {
+		md[k] = v
+	}
+	for k, v := range req.Metadata {
+		if v == nil || *v == "" {
+			delete(md, k)
+		} else {
+			md[k] = *v
+		}
+	}
+	if err := torpor.ValidateMetadata("metadata", md); err != nil {
+		return nil, err
+	}
+	sb.Metadata = md
+	if err := e.store.UpdateSandbox(ctx, sb, e.event(sb, "sandbox.updated")); err != nil {
+		return nil, err
+	}
+	return sb, nil
+}
+
+func gone(sb *torpor.Sandbox) error {
+	return &torpor.Error{Code: torpor.EGone, State: sb.State, Message: fmt.Sprintf("sandbox %s is terminated", sb.ID)}
+}

@@ -1,0 +1,125 @@
+package lifecycle
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/torpor-dev/torpor"
+)
+
+// reconcile brings every stored sandbox and every runtime instance into
+// agreement after a start: running instances are adopted, half-done
+// transitions are finished (or rolled back where finishing is impossible),
+// and instances or disks that no live sandbox owns are removed.
+func (e *Engine) reconcile(ctx context.Context) error {
+	sbs, err := e.store.ListSandboxes(ctx, torpor.SandboxFilter{})
+	if err != nil {
+		return fmt.Errorf("reconcile: %w", err)
+	}
+	live := map[string]bool{}
+	for _, sb := range sbs {
+		live[sb.ID] = true
+		if err := e.reconcileOne(ctx, sb.ID); err != nil {
+			e.log.Error("reconcile", "sandbox", sb.ID, "state", sb.State, "err", err)
+		}
+	}
+	for _, rt := range e.runtimes {
+		ids, err := rt.List(ctx)
+		if err != nil {
+			return fmt.Errorf("reconcile: list %s instances: %w", rt.Kind(), err)
+		}
+		for _, id := range ids {
+			if live[id] {
+				continue
+			}
+			e.log.Info("removing leftover instance", "sandbox", id, "runtime", rt.Kind())
+			if err := rt.Destroy(ctx, torpor.InstanceRef{SandboxID: id}); err != nil {
+				e.log.Error("removing leftover instance", "sandbox", id, "err", err)
+			}
+		}
+	}
+	return nil
+}
+
+func (e *Engine) reconcileOne(ctx context.Context, id string) error {
+	unlock := e.locks.lock(id)
+	defer unlock()
+	sb, err := e.store.GetSandbox(ctx, id)
+	if err != nil {
+		return err
+	}
+	rt, err := e.runtime(sb.Runtime.Kind)
+	if err != nil {
+		return e.recordFailure(ctx, sb, &torpor.Failure{Code: torpor.FailureRuntime,
+			Message: fmt.Sprintf("runtime %q is not configured on this server", sb.Runtime.Kind)})
+	}
+	st, err := rt.Inspect(ctx, ref(sb))
+	if err != nil {
+		return err
+	}
+	alive := st.State == torpor.InstanceRunning || st.State == torpor.InstanceFrozen
+	e.log.Info("reconciling", "sandbox", sb.ID, "state", sb.State, "instance", st.State)
+
+	switch sb.State {
+	case torpor.StateStarting, torpor.StateRestarting:
+		// The boot's outcome was never recorded: boot again from scratch.
+		return e.coldStart(ctx, sb, sb.State, torpor.EventStarted)
+
+	case torpor.StateRunning, torpor.StateResuming:
+		switch st.State {
+		case torpor.InstanceFrozen:
+			if err := rt.Thaw(ctx, ref(sb)); err != nil {
+				return err
+			}
+			fallthrough
+		case torpor.InstanceRunning:
+			e.watch(sb.ID, sb.Handle, rt)
+			sb.PauseMode = ""
+			return e.setState(ctx, sb, torpor.StateRunning, e.event(sb, torpor.EventReconciled, "instance", string(st.State)))
+		case torpor.InstanceStopped:
+			return e.recordFailure(ctx, sb, stoppedFailure(st))
+		default: // lost with the host: boot it again on its disk
+			return e.coldStart(ctx, sb, torpor.StateStarting, torpor.EventStarted)
+		}
+
+	case torpor.StatePausing, torpor.StatePaused:
+		if !alive {
+			// The processes are gone; the disk is what is left.
+			sb.Handle, sb.PauseMode = "", ""
+			return e.setState(ctx, sb, torpor.StateHibernated,
+				e.event(sb, torpor.EventHibernated, "cause", CauseReconcile, "reason", "instance lost while paused"))
+		}
+		if st.State == torpor.InstanceRunning {
+			sb.State = torpor.StatePausing
+			mode := sb.PauseMode
+			if err := e.pause(ctx, sb, mode, CauseReconcile); err != nil {
+				return err
+			}
+		} else if sb.State == torpor.StatePausing {
+			if err := e.setState(ctx, sb, torpor.StatePaused, e.event(sb, torpor.EventPaused, "cause", CauseReconcile, "mode", string(sb.PauseMode))); err != nil {
+				return err
+			}
+		}
+		e.watch(sb.ID, sb.Handle, rt)
+		return nil
+
+	case torpor.StateHibernating:
+		return e.hibernate(ctx, sb, CauseReconcile)
+
+	case torpor.StateTerminating:
+		return e.terminate(ctx, sb, CauseReconcile)
+
+	case torpor.StateHibernated, torpor.StateFailed:
+		if alive {
+			return rt.Stop(ctx, ref(sb))
+		}
+	}
+	return nil
+}
+
+func stoppedFailure(st torpor.InstanceStatus) *torpor.Failure {
+	if st.Failure != nil {
+		return st.Failure
+	}
+	return &torpor.Failure{Code: torpor.FailureRuntime, Message: "the sandbox's instance stopped while the daemon was down"}
+}

@@ -1,0 +1,297 @@
+// Package fake is an in-memory torpor.Runtime for tests of the lifecycle
+// engine and the API. It keeps the state machine of a real runtime (boot,
+// freeze, thaw, stop, destroy, wait) without running any process; exec
+// answers through a function the test sets. Its Host outlives a Runtime
+// object, so tests can model a daemon restart.
+package fake
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/torpor-dev/torpor"
+)
+
+// Host holds the instances and disks; it plays the role of the machine.
+type Host struct {
+	mu        sync.Mutex
+	instances map[string]*instance
+	disks     map[string]bool
+	fail      map[string]error
+	// ExecFunc answers Exec; nil answers exit code 0 with no output.
+	ExecFunc func(ctx context.Context, id string, req torpor.ExecRequest) (torpor.ExecResult, error)
+	// BootHook, when set, runs at the start of every Boot.
+	BootHook func(ctx context.Context, spec torpor.BootSpec) error
+	boots    map[string]int
+}
+
+type instance struct {
+	state   torpor.InstanceState
+	failure *torpor.Failure
+	done    chan struct{}
+	spec    torpor.BootSpec
+}
+
+// NewHost returns an empty host.
+func NewHost() *Host {
+	return &Host{instances: map[string]*instance{}, disks: map[string]bool{}, fail: map[string]error{}, boots: map[string]int{}}
+}
+
+// Runtime is a torpor.Runtime over a Host.
+type Runtime struct{ h *Host }
+
+// New returns a runtime object over h. Several may share one host.
+func New(h *Host) *Runtime { return &Runtime{h: h} }
+
+// FailNext makes the next call of op ("boot", "freeze", "thaw", "stop",
+// "destroy", "exec") fail with err.
+func (h *Host) FailNext(op string, err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.fail[op] = err
+}
+
+// Exit ends a sandbox's instance as if its entrypoint exited with failure f.
+func (h *Host) Exit(id string, f *torpor.Failure) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if in, ok := h.instances[id]; ok && in.state != torpor.InstanceStopped {
+		in.state, in.failure = torpor.InstanceStopped, f
+		close(in.done)
+	}
+}
+
+// Lose removes an instance without a trace, as a host reboot would.
+func (h *Host) Lose(id string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if in, ok := h.instances[id]; ok {
+		if in.state != torpor.InstanceStopped {
+			close(in.done)
+		}
+		delete(h.instances, id)
+	}
+}
+
+// Boots counts how often a sandbox was booted.
+func (h *Host) Boots(id string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.boots[id]
+}
+
+// State returns the instance state of a sandbox.
+func (h *Host) State(id string) torpor.InstanceState {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if in, ok := h.instances[id]; ok {
+		return in.state
+	}
+	return torpor.InstanceMissing
+}
+
+// HasDisk reports whether a sandbox's disk exists.
+func (h *Host) HasDisk(id string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.disks[id]
+}
+
+// Spec returns the spec a sandbox's instance was last booted with.
+func (h *Host) Spec(id string) torpor.BootSpec {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if in, ok := h.instances[id]; ok {
+		return in.spec
+	}
+	return torpor.BootSpec{}
+}
+
+func (h *Host) takeFail(op string) error {
+	err := h.fail[op]
+	delete(h.fail, op)
+	return err
+}
+
+// Kind returns "fake".
+func (r *Runtime) Kind() string { return "fake" }
+
+// PauseModes returns freeze.
+func (r *Runtime) PauseModes() []torpor.PauseMode { return []torpor.PauseMode{torpor.PauseFreeze} }
+
+// Boot starts a fresh instance.
+func (r *Runtime) Boot(ctx context.Context, spec torpor.BootSpec) (string, error) {
+	if !torpor.ValidID(spec.SandboxID) {
+		return "", torpor.Invalid("id", "bad sandbox id")
+	}
+	if hook := r.h.BootHook; hook != nil {
+		if err := hook(ctx, spec); err != nil {
+			return "", err
+		}
+	}
+	r.h.mu.Lock()
+	defer r.h.mu.Unlock()
+	r.stopLocked(spec.SandboxID)
+	r.h.disks[spec.SandboxID] = true
+	r.h.boots[spec.SandboxID]++
+	if err := r.h.takeFail("boot"); err != nil {
+		f := &torpor.Failure{Code: torpor.FailureSetup, Message: err.Error()}
+		r.h.instances[spec.SandboxID] = &instance{state: torpor.InstanceStopped, failure: f, done: closed(), spec: spec}
+		return "", err
+	}
+	r.h.instances[spec.SandboxID] = &instance{state: torpor.InstanceRunning, done: make(chan struct{}), spec: spec}
+	return fmt.Sprintf("fake:%s:%d", spec.SandboxID, r.h.boots[spec.SandboxID]), nil
+}
+
+func closed() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}
+
+func (r *Runtime) live(id string) (*instance, error) {
+	in, ok := r.h.instances[id]
+	if !ok || in.state == torpor.InstanceStopped {
+		return nil, torpor.Errorf(torpor.ENotFound, "sandbox %s has no running instance", id)
+	}
+	return in, nil
+}
+
+// Freeze marks the instance frozen.
+func (r *Runtime) Freeze(ctx context.Context, ref torpor.InstanceRef) error {
+	return r.setFrozen(ref.SandboxID, "freeze", torpor.InstanceFrozen)
+}
+
+// Thaw marks the instance running.
+func (r *Runtime) Thaw(ctx context.Context, ref torpor.InstanceRef) error {
+	return r.setFrozen(ref.SandboxID, "thaw", torpor.InstanceRunning)
+}
+
+func (r *Runtime) setFrozen(id, op string, to torpor.InstanceState) error {
+	r.h.mu.Lock()
+	defer r.h.mu.Unlock()
+	if err := r.h.takeFail(op); err != nil {
+		return err
+	}
+	in, err := r.live(id)
+	if err != nil {
+		return err
+	}
+	in.state = to
+	return nil
+}
+
+// Stop ends the instance; the disk stays.
+func (r *Runtime) Stop(ctx context.Context, ref torpor.InstanceRef) error {
+	r.h.mu.Lock()
+	defer r.h.mu.Unlock()
+	if err := r.h.takeFail("stop"); err != nil {
+		return err
+	}
+	r.stopLocked(ref.SandboxID)
+	return nil
+}
+
+func (r *Runtime) stopLocked(id string) {
+	if in, ok := r.h.instances[id]; ok {
+		if in.state != torpor.InstanceStopped {
+			close(in.done)
+		}
+		delete(r.h.instances, id)
+	}
+}
+
+// Destroy ends the instance and removes the disk.
+func (r *Runtime) Destroy(ctx context.Context, ref torpor.InstanceRef) error {
+	r.h.mu.Lock()
+	defer r.h.mu.Unlock()
+	if err := r.h.takeFail("destroy"); err != nil {
+		return err
+	}
+	r.stopLocked(ref.SandboxID)
+	delete(r.h.disks, ref.SandboxID)
+	return nil
+}
+
+// Inspect reports the instance's state.
+func (r *Runtime) Inspect(ctx context.Context, ref torpor.InstanceRef) (torpor.InstanceStatus, error) {
+	r.h.mu.Lock()
+	defer r.h.mu.Unlock()
+	return r.statusLocked(ref.SandboxID), nil
+}
+
+func (r *Runtime) statusLocked(id string) torpor.InstanceStatus {
+	st := torpor.InstanceStatus{State: torpor.InstanceMissing, DiskExists: r.h.disks[id]}
+	if in, ok := r.h.instances[id]; ok {
+		st.State, st.Failure = in.state, in.failure
+	}
+	return st
+}
+
+// Wait blocks until the instance stops.
+func (r *Runtime) Wait(ctx context.Context, ref torpor.InstanceRef) (torpor.InstanceStatus, error) {
+	r.h.mu.Lock()
+	in, ok := r.h.instances[ref.SandboxID]
+	r.h.mu.Unlock()
+	if !ok {
+		return torpor.InstanceStatus{State: torpor.InstanceMissing}, nil
+	}
+	select {
+	case <-ctx.Done():
+		return torpor.InstanceStatus{}, ctx.Err()
+	case <-in.done:
+	}
+	r.h.mu.Lock()
+	defer r.h.mu.Unlock()
+	st := r.statusLocked(ref.SandboxID)
+	if st.State != torpor.InstanceStopped {
+		st.State, st.Failure = torpor.InstanceMissing, nil
+	}
+	if in.failure != nil {
+		st.State, st.Failure = torpor.InstanceStopped, in.failure
+	}
+	return st, nil
+}
+
+// Exec answers through Host.ExecFunc.
+func (r *Runtime) Exec(ctx context.Context, ref torpor.InstanceRef, req torpor.ExecRequest) (torpor.ExecResult, error) {
+	r.h.mu.Lock()
+	if err := r.h.takeFail("exec"); err != nil {
+		r.h.mu.Unlock()
+		return torpor.ExecResult{}, err
+	}
+	in, err := r.live(ref.SandboxID)
+	if err == nil && in.state == torpor.InstanceFrozen {
+		err = torpor.Errorf(torpor.EConflict, "sandbox %s is frozen", ref.SandboxID)
+	}
+	fn := r.h.ExecFunc
+	r.h.mu.Unlock()
+	if err != nil {
+		return torpor.ExecResult{}, err
+	}
+	if fn == nil {
+		return torpor.ExecResult{}, nil
+	}
+	return fn(ctx, ref.SandboxID, req)
+}
+
+// List returns every sandbox with an instance or a disk.
+func (r *Runtime) List(ctx context.Context) ([]string, error) {
+	r.h.mu.Lock()
+	defer r.h.mu.Unlock()
+	seen := map[string]bool{}
+	var ids []string
+	for id := range r.h.instances {
+		seen[id] = true
+		ids = append(ids, id)
+	}
+	for id := range r.h.disks {
+		if !seen[id] {
+			ids = append(ids, id)
+		}
+	}
+	return ids, nil
+}
+
+var _ torpor.Runtime = (*Runtime)(nil)
