@@ -1,0 +1,381 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/torpor-dev/torpor"
+	"github.com/torpor-dev/torpor/api"
+	"github.com/torpor-dev/torpor/api/wire"
+	"github.com/torpor-dev/torpor/client"
+	"github.com/torpor-dev/torpor/lifecycle"
+	"github.com/torpor-dev/torpor/runtime/fake"
+	"github.com/torpor-dev/torpor/store/sqlite"
+)
+
+type fixture struct {
+	url      string
+	admin    string // admin key of tenant "default"
+	store    *sqlite.Store
+	host     *fake.Host
+	adminCl  *client.Client
+	tenantCl *client.Client // key of tenant "acme"
+	acmeKey  string
+}
+
+func newFixture(t testing.TB) *fixture {
+	t.Helper()
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "torpor.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	now := time.Now().UTC()
+	if err := st.PutTemplate(ctx, torpor.Template{Name: "base", RootFS: "/x", CreatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.CreateTenant(ctx, torpor.Tenant{Name: "default", CreatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	secret, k := torpor.NewAPIKey("default", true, now)
+	if err := st.CreateAPIKey(ctx, k); err != nil {
+		t.Fatal(err)
+	}
+	host := fake.NewHost()
+	host.ExecFunc = func(ctx context.Context, id string, req torpor.ExecRequest) (torpor.ExecResult, error) {
+		io.WriteString(req.Stdout, strings.Join(req.Cmd, " ")+"\n")
+		io.WriteString(req.Stderr, "err\n")
+		return torpor.ExecResult{ExitCode: 3}, nil
+	}
+	eng, err := lifecycle.New(lifecycle.Config{Store: st, Runtimes: []torpor.Runtime{fake.New(host)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(eng.Close)
+	if err := eng.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	srv := api.New(api.Config{Engine: eng, Auth: st, Templates: st})
+	srv.SetReady()
+	hs := httptest.NewServer(srv)
+	t.Cleanup(hs.Close)
+	f := &fixture{url: hs.URL, admin: secret, store: st, host: host}
+	f.adminCl, _ = client.New(hs.URL, secret)
+	kc, err := f.adminCl.CreateKey(ctx, "acme", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.tenantCl, _ = client.New(hs.URL, kc.Key)
+	f.acmeKey = kc.Key
+	return f
+}
+
+// raw sends a request and returns status and decoded error body.
+func (f *fixture) raw(t testing.TB, method, path, key, contentType, body string) (int, wire.ErrorBody) {
+	t.Helper()
+	req, _ := http.NewRequest(method, f.url+path, strings.NewReader(body))
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var eb wire.ErrorBody
+	data, _ := io.ReadAll(resp.Body)
+	_ = json.Unmarshal(data, &eb)
+	return resp.StatusCode, eb
+}
+
+var ctx = context.Background()
+
+func TestLifecycleThroughTheClient(t *testing.T) {
+	f := newFixture(t)
+	cl := f.tenantCl
+	sb, err := cl.Create(ctx, torpor.CreateRequest{Template: "base", Metadata: map[string]string{"team": "ml"}, Env: map[string]string{"SECRET": "hunter2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb.State != torpor.StateRunning || sb.Tenant != "acme" || len(sb.PauseModes) != 1 || sb.PauseModes[0] != torpor.PauseFreeze {
+		t.Fatalf("created %+v", sb)
+	}
+	steps := []struct {
+		name string
+		do   func() (*torpor.Sandbox, error)
+		want torpor.State
+	}{
+		{"pause", func() (*torpor.Sandbox, error) { return cl.Pause(ctx, sb.ID, "") }, torpor.StatePaused},
+		{"pause again", func() (*torpor.Sandbox, error) { return cl.Pause(ctx, sb.ID, torpor.PauseFreeze) }, torpor.StatePaused},
+		{"connect", func() (*torpor.Sandbox, error) { return cl.Connect(ctx, sb.ID) }, torpor.StateRunning},
+		{"hibernate", func() (*torpor.Sandbox, error) { return cl.Hibernate(ctx, sb.ID) }, torpor.StateHibernated},
+		{"start", func() (*torpor.Sandbox, error) { return cl.Start(ctx, sb.ID) }, torpor.StateRunning},
+		{"restart", func() (*torpor.Sandbox, error) { return cl.Restart(ctx, sb.ID) }, torpor.StateRunning},
+		{"touch", func() (*torpor.Sandbox, error) { return cl.Touch(ctx, sb.ID) }, torpor.StateRunning},
+		{"delete", func() (*torpor.Sandbox, error) { return cl.Delete(ctx, sb.ID) }, torpor.StateTerminated},
+	}
+	for _, s := range steps {
+		got, err := s.do()
+		if err != nil || got.State != s.want {
+			t.Fatalf("%s: %v %v", s.name, got, err)
+		}
+	}
+	if list, _ := cl.List(ctx, client.ListOptions{}); len(list) != 0 {
+		t.Fatalf("terminated sandbox listed without --all")
+	}
+	if list, _ := cl.List(ctx, client.ListOptions{All: true, Metadata: map[string]string{"team": "ml"}}); len(list) != 1 {
+		t.Fatalf("terminated sandbox missing with all")
+	}
+	if _, err := cl.Pause(ctx, sb.ID, ""); !client.IsGone(err) {
+		t.Fatalf("pause of a terminated sandbox: %v", err)
+	}
+}
+
+func TestSandboxJSONHidesEnvAndHandle(t *testing.T) {
+	f := newFixture(t)
+	sb, err := f.tenantCl.Create(ctx, torpor.CreateRequest{Template: "base", Env: map[string]string{"SECRET": "hunter2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest("GET", f.url+"/v1/sandboxes/"+sb.ID, nil)
+	req.Header.Set("Authorization", "Bearer "+f.admin)
+	kc, _ := f.adminCl.CreateKey(ctx, "acme", false)
+	req.Header.Set("Authorization", "Bearer "+kc.Key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if bytes.Contains(body, []byte("hunter2")) || bytes.Contains(body, []byte("fake:")) {
+		t.Fatalf("the sandbox object leaks env or handle: %s", body)
+	}
+	for _, field := range []string{"id", "template", "state", "state_since", "failure", "created_at", "last_activity_at", "resources", "metadata", "pause_modes"} {
+		if !bytes.Contains(body, []byte(`"`+field+`"`)) {
+			t.Errorf("the sandbox object lacks %q: %s", field, body)
+		}
+	}
+}
+
+func TestExecJSONAndStream(t *testing.T) {
+	f := newFixture(t)
+	sb, _ := f.tenantCl.Create(ctx, torpor.CreateRequest{Template: "base"})
+	res, err := f.tenantCl.Exec(ctx, sb.ID, client.ExecRequest{Cmd: []string{"echo", "hi"}})
+	if err != nil || res.ExitCode != 3 || res.Stdout != "echo hi\n" || res.Stderr != "err\n" {
+		t.Fatalf("exec: %+v %v", res, err)
+	}
+	var out, errb bytes.Buffer
+	sres, err := f.tenantCl.ExecStream(ctx, sb.ID, client.ExecRequest{Cmd: []string{"echo", "hi"}}, &out, &errb)
+	if err != nil || sres.ExitCode != 3 || out.String() != "echo hi\n" || errb.String() != "err\n" {
+		t.Fatalf("stream: %+v %v %q %q", sres, err, out.String(), errb.String())
+	}
+	f.tenantCl.Pause(ctx, sb.ID, "")
+	if _, err := f.tenantCl.ExecStream(ctx, sb.ID, client.ExecRequest{Cmd: []string{"true"}}, nil, nil); !client.IsConflict(err) {
+		t.Fatalf("streamed exec in a paused sandbox: %v", err)
+	}
+}
+
+func TestAuthAndTenants(t *testing.T) {
+	f := newFixture(t)
+	sb, err := f.adminCl.Create(ctx, torpor.CreateRequest{Template: "base"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name, method, path, key string
+		status                  int
+		code                    torpor.ErrorCode
+	}{
+		{"no key", "GET", "/v1/sandboxes", "", 401, torpor.EUnauthenticated},
+		{"wrong key", "GET", "/v1/sandboxes", "tpk_nope", 401, torpor.EUnauthenticated},
+		{"other tenant's sandbox", "GET", "/v1/sandboxes/" + sb.ID, "acme", 404, torpor.ENotFound},
+		{"other tenant's pause", "POST", "/v1/sandboxes/" + sb.ID + "/pause", "acme", 404, torpor.ENotFound},
+		{"other tenant's delete", "DELETE", "/v1/sandboxes/" + sb.ID, "acme", 404, torpor.ENotFound},
+		{"tenant creating keys", "POST", "/v1/keys", "acme", 403, torpor.EForbidden},
+		{"tenant listing tenants", "GET", "/v1/tenants", "acme", 403, torpor.EForbidden},
+		{"unknown endpoint", "GET", "/v1/nothing", "admin", 404, torpor.ENotFound},
+	}
+	acmeKey, _ := f.adminCl.CreateKey(ctx, "acme", false)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			key := map[string]string{"acme": acmeKey.Key, "admin": f.admin}[c.key]
+			if key == "" {
+				key = c.key
+			}
+			status, eb := f.raw(t, c.method, c.path, key, "", "")
+			if status != c.status || eb.Error.Code != c.code {
+				t.Fatalf("got %d %q, want %d %q", status, eb.Error.Code, c.status, c.code)
+			}
+		})
+	}
+	if got, _ := f.adminCl.Get(ctx, sb.ID); got.State != torpor.StateRunning {
+		t.Fatal("another tenant's request changed the sandbox")
+	}
+	if list, _ := f.tenantCl.List(ctx, client.ListOptions{All: true}); len(list) != 0 {
+		t.Fatalf("tenant acme lists %d sandboxes of another tenant", len(list))
+	}
+}
+
+func TestBadInputIs4xxAndChangesNothing(t *testing.T) {
+	f := newFixture(t)
+	sb, _ := f.tenantCl.Create(ctx, torpor.CreateRequest{Template: "base"})
+	acme, _ := f.adminCl.CreateKey(ctx, "acme", false)
+	cases := []struct {
+		name, method, path, ctype, body string
+		status                          int
+		param                           string
+	}{
+		{"malformed JSON", "POST", "/v1/sandboxes", "application/json", `{"template":`, 400, "body"},
+		{"unknown field", "POST", "/v1/sandboxes", "application/json", `{"template":"base","cpu":2}`, 400, "cpu"},
+		{"wrong type", "POST", "/v1/sandboxes", "application/json", `{"template":"base","resources":{"vcpus":"two"}}`, 400, "resources.vcpus"},
+		{"wrong content type", "POST", "/v1/sandboxes", "text/plain", `{"template":"base"}`, 400, "Content-Type"},
+		{"unknown template", "POST", "/v1/sandboxes", "application/json", `{"template":"nope"}`, 400, "template"},
+		{"negative memory", "POST", "/v1/sandboxes", "application/json", `{"template":"base","resources":{"memory_mib":-5}}`, 400, "resources.memory_mib"},
+		{"huge memory", "POST", "/v1/sandboxes", "application/json", `{"template":"base","resources":{"memory_mib":99999999999}}`, 400, "resources.memory_mib"},
+		{"two values", "POST", "/v1/sandboxes", "application/json", `{"template":"base"}{}`, 400, "body"},
+		{"no body", "POST", "/v1/sandboxes", "application/json", ``, 400, "body"},
+		{"bad pause mode", "POST", "/v1/sandboxes/" + sb.ID + "/pause", "application/json", `{"mode":"deep"}`, 400, "mode"},
+		{"snapshot unsupported", "POST", "/v1/sandboxes/" + sb.ID + "/pause", "application/json", `{"mode":"snapshot"}`, 400, "mode"},
+		{"exec without cmd", "POST", "/v1/sandboxes/" + sb.ID + "/exec", "application/json", `{"cmd":[]}`, 400, "cmd"},
+		{"exec negative timeout", "POST", "/v1/sandboxes/" + sb.ID + "/exec", "application/json", `{"cmd":["true"],"timeout_seconds":-1}`, 400, "timeout_seconds"},
+		{"unknown state filter", "GET", "/v1/sandboxes?state=sleepy", "", "", 400, "state"},
+		{"bad all flag", "GET", "/v1/sandboxes?all=maybe", "", "", 400, "all"},
+		{"bad cursor", "GET", "/v1/events?since=-4", "", "", 400, "since"},
+		{"bad metadata patch", "PATCH", "/v1/sandboxes/" + sb.ID, "application/json", `{"metadata":{"bad key!":"x"}}`, 400, "metadata"},
+		{"body on touch", "POST", "/v1/sandboxes/" + sb.ID + "/touch", "application/json", `{"x":1}`, 400, "x"},
+		{"missing id", "GET", "/v1/sandboxes/doesnotexist", "", "", 404, "id"},
+		{"id with odd characters", "GET", "/v1/sandboxes/..%2Fetc", "", "", 404, "id"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			status, eb := f.raw(t, c.method, c.path, acme.Key, c.ctype, c.body)
+			if status != c.status || eb.Error.Param != c.param || eb.Error.Message == "" {
+				t.Fatalf("got %d %+v, want %d naming %q", status, eb.Error, c.status, c.param)
+			}
+		})
+	}
+	list, _ := f.tenantCl.List(ctx, client.ListOptions{All: true})
+	if len(list) != 1 {
+		t.Fatalf("bad requests created sandboxes: %d", len(list))
+	}
+	if got, _ := f.tenantCl.Get(ctx, sb.ID); got.State != torpor.StateRunning || got.Version != 0 && got.Version != sb.Version {
+		t.Fatalf("bad requests changed the sandbox: %+v", got)
+	}
+}
+
+func TestConflictNamesTheState(t *testing.T) {
+	f := newFixture(t)
+	sb, _ := f.tenantCl.Create(ctx, torpor.CreateRequest{Template: "base"})
+	f.tenantCl.Hibernate(ctx, sb.ID)
+	_, err := f.tenantCl.Pause(ctx, sb.ID, "")
+	var te *torpor.Error
+	if !client.IsConflict(err) || !errorsAs(err, &te) || te.State != torpor.StateHibernated {
+		t.Fatalf("pause of a hibernated sandbox: %v", err)
+	}
+}
+
+func errorsAs(err error, te **torpor.Error) bool {
+	e, ok := err.(*torpor.Error)
+	*te = e
+	return ok
+}
+
+func TestHealthzAnswers503UntilReady(t *testing.T) {
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	eng, _ := lifecycle.New(lifecycle.Config{Store: st, Runtimes: []torpor.Runtime{fake.New(fake.NewHost())}})
+	srv := api.New(api.Config{Engine: eng, Auth: st, Templates: st})
+	rec := httptest.NewRecorder()
+	srv.ServeHTTP(rec, httptest.NewRequest("GET", "/healthz", nil))
+	if rec.Code != 503 || rec.Header().Get("Retry-After") == "" {
+		t.Fatalf("before ready: %d", rec.Code)
+	}
+	srv.SetReady()
+	rec = httptest.NewRecorder()
+	srv.ServeHTTP(rec, httptest.NewRequest("GET", "/healthz", nil))
+	if rec.Code != 200 {
+		t.Fatalf("after ready: %d", rec.Code)
+	}
+}
+
+// TestDocsListEveryRoute checks docs/api.md against the routes the server
+// registers, both ways.
+func TestDocsListEveryRoute(t *testing.T) {
+	data, err := os.ReadFile("../docs/api.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	re := regexp.MustCompile("(?m)^\\| `(GET|POST|PUT|PATCH|DELETE) (/[^`]*)` \\|")
+	documented := map[string]bool{}
+	for _, m := range re.FindAllStringSubmatch(string(data), -1) {
+		documented[m[1]+" "+m[2]] = true
+	}
+	served := map[string]bool{}
+	for _, r := range api.Routes() {
+		served[r] = true
+		if !documented[r] {
+			t.Errorf("%s is served but not in docs/api.md", r)
+		}
+	}
+	var extra []string
+	for r := range documented {
+		if !served[r] {
+			extra = append(extra, r)
+		}
+	}
+	sort.Strings(extra)
+	for _, r := range extra {
+		t.Errorf("%s is in docs/api.md but not served", r)
+	}
+}
+
+// FuzzCreateBody sends arbitrary bodies to POST /v1/sandboxes: the answer
+// is never a 5xx, and a 4xx creates nothing.
+func FuzzCreateBody(f *testing.F) {
+	for _, s := range []string{
+		`{"template":"base"}`,
+		`{"template":"base","resources":{"vcpus":2,"memory_mib":256,"pids":100,"disk_mib":512}}`,
+		`{"template":"base","env":{"A":"b"},"metadata":{"k":"v"},"runtime":{"setup":["true"],"entrypoint":["sleep","1"]}}`,
+		`{"template":"base","resources":{"memory_mib":-1}}`,
+		`{"template":"", "x": null}`,
+		`[]`, `null`, `{"template":"base","runtime":{"entrypoint":[""]}}`,
+	} {
+		f.Add(s)
+	}
+	fx := newFixture(f)
+	f.Fuzz(func(t *testing.T, body string) {
+		before, _ := fx.tenantCl.List(ctx, client.ListOptions{All: true})
+		status, eb := fx.raw(t, "POST", "/v1/sandboxes", fx.acmeKey, "application/json", body)
+		if status >= 500 {
+			t.Fatalf("status %d for %q: %+v", status, body, eb)
+		}
+		if status >= 400 {
+			if eb.Error.Code == "" || eb.Error.Message == "" {
+				t.Fatalf("error without code or message for %q", body)
+			}
+			after, _ := fx.tenantCl.List(ctx, client.ListOptions{All: true})
+			if len(after) != len(before) {
+				t.Fatalf("a refused create (%d) made a sandbox: %q", status, body)
+			}
+		}
+	})
+}
+

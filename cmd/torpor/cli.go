@@ -1,0 +1,126 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/torpor-dev/torpor"
+	"github.com/torpor-dev/torpor/client"
+	"github.com/torpor-dev/torpor/daemon"
+)
+
+// cli holds what every command shares: the streams, the environment, and
+// the flags that say how to reach the daemon.
+type cli struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	getenv         func(string) string
+
+	url, apiKey string
+	json        bool
+}
+
+func newRoot(c *cli) *cobra.Command {
+	root := &cobra.Command{
+		Use:           "torpor",
+		Short:         "Sandboxes that cost nothing while idle and wake on the next request",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	pf := root.PersistentFlags()
+	pf.StringVar(&c.url, "url", "", "daemon URL (default: $TORPOR_URL, else http://"+daemon.DefaultListen+")")
+	pf.StringVar(&c.apiKey, "api-key", "", "API key (default: $TORPOR_API_KEY, else the local admin key file when readable)")
+	pf.BoolVar(&c.json, "json", false, "print JSON for scripts")
+	root.AddCommand(
+		c.serveCmd(),
+		c.createCmd(), c.lsCmd(), c.getCmd(), c.execCmd(),
+		c.verbCmd("pause", nil, "Freeze a running sandbox: its processes stop, its memory stays"),
+		c.verbCmd("start", []string{"resume", "connect"}, "Continue a paused sandbox, or boot a hibernated one"),
+		c.verbCmd("hibernate", nil, "Stop a sandbox's processes and keep every file on its disk"),
+		c.verbCmd("restart", nil, "Boot a running sandbox again on a fresh instance (disk kept)"),
+		c.verbCmd("touch", nil, "Record activity on a sandbox"),
+		c.verbCmd("rm", []string{"delete"}, "Terminate a sandbox and remove its disk"),
+		c.eventsCmd(), c.templatesCmd(), c.keysCmd(), c.tenantsCmd(),
+	)
+	return root
+}
+
+// client builds the API client from flags, environment and local defaults.
+func (c *cli) client() (*client.Client, error) {
+	url := firstNonEmpty(c.url, c.getenv("TORPOR_URL"), "http://"+daemon.DefaultListen)
+	key := firstNonEmpty(c.apiKey, c.getenv("TORPOR_API_KEY"))
+	if key == "" {
+		dir := firstNonEmpty(c.getenv(daemon.EnvName("data_dir")), daemon.DefaultDataDir())
+		data, err := os.ReadFile(filepath.Join(dir, daemon.AdminKeyFile))
+		if err != nil {
+			return nil, fmt.Errorf("no API key: set TORPOR_API_KEY or --api-key (the local admin key %s is not readable: %v)",
+				filepath.Join(dir, daemon.AdminKeyFile), errors.Unwrap(err))
+		}
+		key = strings.TrimSpace(string(data))
+	}
+	return client.New(url, key)
+}
+
+func firstNonEmpty(vs ...string) string {
+	for _, v := range vs {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// progress tells a person at a terminal what a long verb waits for.
+func (c *cli) progress(format string, a ...any) func() {
+	f, ok := c.stderr.(*os.File)
+	if !ok || c.json {
+		return func() {}
+	}
+	if st, err := f.Stat(); err != nil || st.Mode()&os.ModeCharDevice == 0 {
+		return func() {}
+	}
+	fmt.Fprintf(f, format+"…", a...)
+	return func() { fmt.Fprintln(f, " done") }
+}
+
+func (c *cli) printJSON(v any) error {
+	enc := json.NewEncoder(c.stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// describe turns an error into one line for a person.
+func describe(err error) string {
+	var te *torpor.Error
+	if errors.As(err, &te) {
+		msg := te.Message
+		if te.Param != "" && !strings.Contains(msg, te.Param) {
+			msg = te.Param + ": " + msg
+		}
+		return fmt.Sprintf("%s (%s)", msg, te.Code)
+	}
+	return err.Error()
+}
+
+// kv parses KEY=VALUE flags into a map.
+func kv(flag string, pairs []string) (map[string]string, error) {
+	if len(pairs) == 0 {
+		return nil, nil
+	}
+	m := map[string]string{}
+	for _, p := range pairs {
+		k, v, ok := strings.Cut(p, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("--%s wants KEY=VALUE, got %q", flag, p)
+		}
+		m[k] = v
+	}
+	return m, nil
+}

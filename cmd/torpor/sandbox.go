@@ -1,0 +1,386 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/torpor-dev/torpor"
+	"github.com/torpor-dev/torpor/client"
+)
+
+func (c *cli) createCmd() *cobra.Command {
+	var (
+		req              torpor.CreateRequest
+		res              torpor.Resources
+		env, md          []string
+		setup            []string
+		runtimeKind      string
+		cpus             float64
+		mem, pids, disks int64
+	)
+	cmd := &cobra.Command{
+		Use:   "create [flags] [-- ENTRYPOINT ARGS...]",
+		Short: "Create a sandbox and print its id",
+		Example: `  torpor create --template base
+  torpor create -m team=ml --setup 'mkdir -p /data' -- sh -c 'httpd -f -p 8080'`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var err error
+			if req.Env, err = kv("env", env); err != nil {
+				return err
+			}
+			if req.Metadata, err = kv("metadata", md); err != nil {
+				return err
+			}
+			res = torpor.Resources{VCPUs: cpus, MemoryMiB: mem, Pids: pids, DiskMiB: disks}
+			if res != (torpor.Resources{}) {
+				req.Resources = &res
+			}
+			req.Runtime = torpor.RuntimeConfig{Kind: runtimeKind, Setup: setup, Entrypoint: args}
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			done := c.progress("Creating a sandbox from %s", req.Template)
+			sb, err := cl.Create(cmd.Context(), req)
+			if err != nil {
+				return err
+			}
+			done()
+			if c.json {
+				return c.printJSON(sb)
+			}
+			fmt.Fprintln(c.stdout, sb.ID)
+			if sb.State == torpor.StateFailed && sb.Failure != nil {
+				return fmt.Errorf("sandbox %s failed to boot: %s (%s)", sb.ID, sb.Failure.Message, sb.Failure.Code)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&req.Template, "template", "t", "base", "template to create from")
+	f.Float64Var(&cpus, "cpus", 0, "vCPUs (default: the server's)")
+	f.Int64Var(&mem, "memory", 0, "memory in MiB (default: the server's)")
+	f.Int64Var(&pids, "pids", 0, "process limit (default: the server's)")
+	f.Int64Var(&disks, "disk", 0, "disk in MiB (default: the server's)")
+	f.StringArrayVarP(&env, "env", "e", nil, "environment variable KEY=VALUE (repeatable)")
+	f.StringArrayVarP(&md, "metadata", "m", nil, "metadata KEY=VALUE (repeatable)")
+	f.StringArrayVar(&setup, "setup", nil, "shell command run at each boot before the entrypoint (repeatable)")
+	f.StringVar(&runtimeKind, "runtime", "", "runtime (default: the server's)")
+	return cmd
+}
+
+func (c *cli) lsCmd() *cobra.Command {
+	var (
+		all    bool
+		states []string
+		md     []string
+	)
+	cmd := &cobra.Command{
+		Use:     "ls",
+		Aliases: []string{"list"},
+		Short:   "List sandboxes",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			meta, err := kv("metadata", md)
+			if err != nil {
+				return err
+			}
+			o := client.ListOptions{All: all, Metadata: meta}
+			for _, s := range states {
+				o.States = append(o.States, torpor.State(s))
+			}
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			sbs, err := cl.List(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			if c.json {
+				return c.printJSON(sbs)
+			}
+			printTable(c.stdout, sbs)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVarP(&all, "all", "a", false, "include terminated sandboxes")
+	cmd.Flags().StringSliceVar(&states, "state", nil, "only these states (repeatable or comma-separated)")
+	cmd.Flags().StringArrayVarP(&md, "metadata", "m", nil, "only sandboxes with metadata KEY=VALUE (repeatable)")
+	return cmd
+}
+
+func printTable(w io.Writer, sbs []*torpor.Sandbox) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tTEMPLATE\tSTATE\tSINCE\tCREATED\tMETADATA")
+	for _, sb := range sbs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", sb.ID, sb.Template, sb.State,
+			ago(sb.StateSince), sb.CreatedAt.Local().Format(time.DateTime), metadataString(sb.Metadata))
+	}
+	tw.Flush()
+}
+
+func ago(t time.Time) string {
+	d := time.Since(t).Round(time.Second)
+	if d < 0 {
+		d = 0
+	}
+	return d.String() + " ago"
+}
+
+func metadataString(m map[string]string) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + m[k]
+	}
+	return strings.Join(parts, ",")
+}
+
+func (c *cli) getCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "get ID",
+		Short: "Show a sandbox",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			sb, err := cl.Get(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if c.json {
+				return c.printJSON(sb)
+			}
+			printSandbox(c.stdout, sb)
+			return nil
+		},
+	}
+}
+
+func printSandbox(w io.Writer, sb *torpor.Sandbox) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	row := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, v) }
+	row("ID", sb.ID)
+	row("Template", sb.Template)
+	row("State", fmt.Sprintf("%s (since %s)", sb.State, sb.StateSince.Local().Format(time.DateTime)))
+	if sb.Failure != nil {
+		row("Failure", fmt.Sprintf("%s: %s", sb.Failure.Code, sb.Failure.Message))
+	}
+	row("Created", sb.CreatedAt.Local().Format(time.DateTime))
+	row("Last activity", sb.LastActivityAt.Local().Format(time.DateTime))
+	row("Resources", fmt.Sprintf("%g vCPU, %d MiB memory, %d pids, %d MiB disk", sb.Resources.VCPUs, sb.Resources.MemoryMiB, sb.Resources.Pids, sb.Resources.DiskMiB))
+	row("Runtime", sb.Runtime.Kind)
+	row("Pause modes", fmt.Sprint(sb.PauseModes))
+	row("Boots", fmt.Sprint(sb.Boots))
+	if len(sb.Metadata) > 0 {
+		row("Metadata", metadataString(sb.Metadata))
+	}
+	tw.Flush()
+}
+
+// verbCmd is a lifecycle verb on one or more sandboxes.
+func (c *cli) verbCmd(name string, aliases []string, short string) *cobra.Command {
+	var mode string
+	cmd := &cobra.Command{
+		Use:     name + " ID...",
+		Aliases: aliases,
+		Short:   short,
+		Args:    cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			for _, id := range args {
+				done := c.progress("%s %s", waiting[name], id)
+				var sb *torpor.Sandbox
+				ctx := cmd.Context()
+				switch name {
+				case "pause":
+					sb, err = cl.Pause(ctx, id, torpor.PauseMode(mode))
+				case "start":
+					sb, err = cl.Start(ctx, id)
+				case "hibernate":
+					sb, err = cl.Hibernate(ctx, id)
+				case "restart":
+					sb, err = cl.Restart(ctx, id)
+				case "touch":
+					sb, err = cl.Touch(ctx, id)
+				case "rm":
+					sb, err = cl.Delete(ctx, id)
+				}
+				if err != nil {
+					return fmt.Errorf("%s %s: %w", name, id, err)
+				}
+				done()
+				if c.json {
+					if err := c.printJSON(sb); err != nil {
+						return err
+					}
+				} else {
+					fmt.Fprintf(c.stdout, "%s %s\n", sb.ID, sb.State)
+				}
+			}
+			return nil
+		},
+	}
+	if name == "pause" {
+		cmd.Flags().StringVar(&mode, "mode", "", "freeze or snapshot (default: the runtime's)")
+	}
+	return cmd
+}
+
+var waiting = map[string]string{
+	"pause": "Pausing", "start": "Starting", "hibernate": "Hibernating",
+	"restart": "Restarting", "touch": "Touching", "rm": "Deleting",
+}
+
+func (c *cli) execCmd() *cobra.Command {
+	var (
+		env     []string
+		cwd     string
+		timeout float64
+		stdin   bool
+	)
+	cmd := &cobra.Command{
+		Use:   "exec ID -- COMMAND [ARGS...]",
+		Short: "Run a command in a sandbox; exits with its exit code",
+		Args:  cobra.MinimumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			envMap, err := kv("env", env)
+			if err != nil {
+				return err
+			}
+			req := client.ExecRequest{Cmd: args[1:], Env: envMap, Cwd: cwd, TimeoutSeconds: timeout}
+			if stdin {
+				data, err := io.ReadAll(io.LimitReader(c.stdin, 512<<10))
+				if err != nil {
+					return err
+				}
+				req.Stdin = string(data)
+			}
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			if c.json {
+				res, err := cl.Exec(cmd.Context(), args[0], req)
+				if err != nil {
+					return err
+				}
+				if err := c.printJSON(res); err != nil {
+					return err
+				}
+				return exitCode(res)
+			}
+			res, err := cl.ExecStream(cmd.Context(), args[0], req, c.stdout, c.stderr)
+			if err != nil {
+				return err
+			}
+			if res.TimedOut {
+				fmt.Fprintf(c.stderr, "torpor: the command timed out after %gs and was killed\n", timeout)
+			}
+			return exitCode(res)
+		},
+	}
+	f := cmd.Flags()
+	f.StringArrayVarP(&env, "env", "e", nil, "environment variable KEY=VALUE (repeatable)")
+	f.StringVarP(&cwd, "cwd", "w", "", "working directory inside the sandbox")
+	f.Float64Var(&timeout, "timeout", 0, "seconds before the command is killed (0: none)")
+	f.BoolVarP(&stdin, "stdin", "i", false, "send this command's standard input (up to 512 KiB)")
+	return cmd
+}
+
+func exitCode(res *client.ExecResult) error {
+	if res.ExitCode != 0 {
+		return exitError{code: res.ExitCode}
+	}
+	return nil
+}
+
+func (c *cli) eventsCmd() *cobra.Command {
+	var (
+		since  int64
+		follow bool
+	)
+	cmd := &cobra.Command{
+		Use:   "events [ID]",
+		Short: "Print lifecycle events (of one sandbox when ID is given)",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			id := ""
+			if len(args) == 1 {
+				id = args[0]
+			}
+			for {
+				evs, next, err := cl.Events(cmd.Context(), id, since)
+				if err != nil {
+					return err
+				}
+				for _, ev := range evs {
+					if c.json {
+						if err := c.printJSON(ev); err != nil {
+							return err
+						}
+						continue
+					}
+					fmt.Fprintf(c.stdout, "%d\t%s\t%s\t%s\t%s\n", ev.Seq, ev.Time.Local().Format(time.DateTime), ev.SandboxID, ev.Type, metadataString(ev.Attrs))
+				}
+				since = next
+				if !follow {
+					return nil
+				}
+				select {
+				case <-cmd.Context().Done():
+					return nil
+				case <-time.After(500 * time.Millisecond):
+				}
+			}
+		},
+	}
+	cmd.Flags().Int64Var(&since, "since", 0, "print events after this cursor")
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new events")
+	return cmd
+}
+
+func (c *cli) templatesCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "templates",
+		Short: "List templates",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			ts, err := cl.Templates(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if c.json {
+				return c.printJSON(ts)
+			}
+			for _, t := range ts {
+				fmt.Fprintln(c.stdout, t.Name)
+			}
+			return nil
+		},
+	}
+}

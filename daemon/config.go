@@ -1,0 +1,198 @@
+// Package daemon assembles torpor's server: configuration, the store, the
+// runtime, the built-in template, the admin key, the lifecycle engine and
+// the HTTP API, and runs them until its context ends.
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+	"github.com/spf13/pflag"
+)
+
+// Config is every setting of `torpor serve`. Each has a default, a key in
+// the TOML config file, a TORPOR_* environment variable and a flag; a flag
+// beats the environment, which beats the file, which beats the default.
+type Config struct {
+	DataDir  string `toml:"data_dir"`
+	Listen   string `toml:"listen"`
+	Runtime  string `toml:"runtime"`
+	RuncPath string `toml:"runc_path"`
+	LogLevel string `toml:"log_level"`
+	// Limits on each sandbox, and the defaults a request leaves out.
+	DefaultVCPUs     float64 `toml:"default_vcpus"`
+	DefaultMemoryMiB int64   `toml:"default_memory_mib"`
+	DefaultPids      int64   `toml:"default_pids"`
+	DefaultDiskMiB   int64   `toml:"default_disk_mib"`
+	MaxVCPUs         float64 `toml:"max_vcpus"`
+	MaxMemoryMiB     int64   `toml:"max_memory_mib"`
+	MaxPids          int64   `toml:"max_pids"`
+	MaxDiskMiB       int64   `toml:"max_disk_mib"`
+}
+
+// setting describes one Config field for the file, env and flag layers.
+type setting struct {
+	key   string // TOML key and flag name (with '-' for '_')
+	usage string
+	ptr   any
+}
+
+func (c *Config) settings() []setting {
+	return []setting{
+		{"data_dir", "directory for the database, templates, sandboxes and the admin key", &c.DataDir},
+		{"listen", "address of the HTTP API", &c.Listen},
+		{"runtime", "default sandbox runtime", &c.Runtime},
+		{"runc_path", "path of the runc binary (default: found in PATH)", &c.RuncPath},
+		{"log_level", "debug, info, warn or error", &c.LogLevel},
+		{"default_vcpus", "vCPUs of a sandbox that asks for none", &c.DefaultVCPUs},
+		{"default_memory_mib", "memory of a sandbox that asks for none", &c.DefaultMemoryMiB},
+		{"default_pids", "process limit of a sandbox that asks for none", &c.DefaultPids},
+		{"default_disk_mib", "disk of a sandbox that asks for none", &c.DefaultDiskMiB},
+		{"max_vcpus", "most vCPUs one sandbox may have", &c.MaxVCPUs},
+		{"max_memory_mib", "most memory one sandbox may have", &c.MaxMemoryMiB},
+		{"max_pids", "most processes one sandbox may have", &c.MaxPids},
+		{"max_disk_mib", "most disk one sandbox may have", &c.MaxDiskMiB},
+	}
+}
+
+// DefaultDataDir is /var/lib/torpor for root, else under the user's data
+// directory.
+func DefaultDataDir() string {
+	if os.Geteuid() == 0 {
+		return "/var/lib/torpor"
+	}
+	if d := os.Getenv("XDG_DATA_HOME"); d != "" {
+		return filepath.Join(d, "torpor")
+	}
+	if h, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(h, ".local", "share", "torpor")
+	}
+	return filepath.Join(os.TempDir(), "torpor")
+}
+
+// DefaultListen is the API's default address.
+const DefaultListen = "127.0.0.1:7070"
+
+// DefaultConfig returns the embedded defaults.
+func DefaultConfig() Config {
+	return Config{
+		DataDir:          DefaultDataDir(),
+		Listen:           DefaultListen,
+		Runtime:          "runc",
+		LogLevel:         "info",
+		DefaultVCPUs:     1,
+		DefaultMemoryMiB: 512,
+		DefaultPids:      1024,
+		DefaultDiskMiB:   2048,
+		MaxVCPUs:         64,
+		MaxMemoryMiB:     256 * 1024,
+		MaxPids:          1 << 20,
+		MaxDiskMiB:       4 << 20,
+	}
+}
+
+// AddFlags registers a flag per setting, plus --config.
+func AddFlags(fs *pflag.FlagSet) {
+	def := DefaultConfig()
+	fs.String("config", "", "TOML config file (default: $TORPOR_CONFIG, else DATA_DIR/torpor.toml when it exists)")
+	for _, s := range def.settings() {
+		name := strings.ReplaceAll(s.key, "_", "-")
+		switch p := s.ptr.(type) {
+		case *string:
+			fs.String(name, *p, s.usage)
+		case *int64:
+			fs.Int64(name, *p, s.usage)
+		case *float64:
+			fs.Float64(name, *p, s.usage)
+		}
+	}
+}
+
+// EnvName is the environment variable of a setting.
+func EnvName(key string) string { return "TORPOR_" + strings.ToUpper(key) }
+
+// LoadConfig layers defaults, the config file, the environment and the
+// flags that were set.
+func LoadConfig(fs *pflag.FlagSet, getenv func(string) string) (Config, error) {
+	c := DefaultConfig()
+	// The data dir decides where the default config file is, so settle it
+	// from env and flags first.
+	if v := getenv(EnvName("data_dir")); v != "" {
+		c.DataDir = v
+	}
+	if f := fs.Lookup("data-dir"); f != nil && f.Changed {
+		c.DataDir = f.Value.String()
+	}
+	path := getenv("TORPOR_CONFIG")
+	if f := fs.Lookup("config"); f != nil && f.Changed {
+		path = f.Value.String()
+	}
+	explicit := path != ""
+	if !explicit {
+		path = filepath.Join(c.DataDir, "torpor.toml")
+	}
+	md, err := toml.DecodeFile(path, &c)
+	switch {
+	case err == nil:
+		if und := md.Undecoded(); len(und) > 0 {
+			return Config{}, fmt.Errorf("config %s: unknown setting %q", path, und[0].String())
+		}
+	case errors.Is(err, os.ErrNotExist) && !explicit:
+	default:
+		return Config{}, fmt.Errorf("config %s: %w", path, err)
+	}
+	for _, s := range c.settings() {
+		if v := getenv(EnvName(s.key)); v != "" {
+			if err := set(s.ptr, v); err != nil {
+				return Config{}, fmt.Errorf("%s: %w", EnvName(s.key), err)
+			}
+		}
+		if f := fs.Lookup(strings.ReplaceAll(s.key, "_", "-")); f != nil && f.Changed {
+			if err := set(s.ptr, f.Value.String()); err != nil {
+				return Config{}, fmt.Errorf("--%s: %w", f.Name, err)
+			}
+		}
+	}
+	return c, c.validate()
+}
+
+func set(ptr any, v string) error {
+	switch p := ptr.(type) {
+	case *string:
+		*p = v
+	case *int64:
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return fmt.Errorf("%q is not an integer", v)
+		}
+		*p = n
+	case *float64:
+		n, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return fmt.Errorf("%q is not a number", v)
+		}
+		*p = n
+	}
+	return nil
+}
+
+func (c Config) validate() error {
+	if c.DataDir == "" || !filepath.IsAbs(c.DataDir) {
+		return fmt.Errorf("data_dir must be an absolute path, got %q", c.DataDir)
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		return fmt.Errorf("log_level must be debug, info, warn or error, got %q", c.LogLevel)
+	}
+	if c.DefaultVCPUs <= 0 || c.DefaultVCPUs > c.MaxVCPUs || c.DefaultMemoryMiB <= 0 || c.DefaultMemoryMiB > c.MaxMemoryMiB ||
+		c.DefaultPids <= 0 || c.DefaultPids > c.MaxPids || c.DefaultDiskMiB <= 0 || c.DefaultDiskMiB > c.MaxDiskMiB {
+		return errors.New("each default_* resource must be positive and at most its max_*")
+	}
+	return nil
+}

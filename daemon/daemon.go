@@ -1,0 +1,213 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/torpor-dev/torpor"
+	"github.com/torpor-dev/torpor/api"
+	"github.com/torpor-dev/torpor/lifecycle"
+	"github.com/torpor-dev/torpor/rootfs"
+	"github.com/torpor-dev/torpor/runtime/runc"
+	"github.com/torpor-dev/torpor/store/sqlite"
+)
+
+// AdminKeyFile is the name, under the data dir, of the file holding the
+// admin API key (mode 0600).
+const AdminKeyFile = "admin.key"
+
+// BaseTemplate is the built-in template every server has.
+const BaseTemplate = "base"
+
+// FailpointEnv names a transition point ("pausing.after-runtime", ...) at
+// which the daemon kills itself with SIGKILL. Crash tests use it; it is not
+// a setting for production.
+const FailpointEnv = "TORPOR_TEST_FAILPOINT"
+
+// Options are what Run needs besides the configuration.
+type Options struct {
+	// Stdout receives what is printed once (the new admin key).
+	Stdout io.Writer
+	// Logger logs; nil logs text to stderr at the configured level.
+	Logger *slog.Logger
+	// Getenv reads the environment (os.Getenv when nil).
+	Getenv func(string) string
+	// OnListen, when set, is called with the API's address once it listens.
+	OnListen func(addr string)
+}
+
+// Run serves until ctx ends. Sandboxes keep running after it returns; the
+// next Run adopts them.
+func Run(ctx context.Context, cfg Config, opt Options) error {
+	if opt.Stdout == nil {
+		opt.Stdout = os.Stdout
+	}
+	if opt.Getenv == nil {
+		opt.Getenv = os.Getenv
+	}
+	log := opt.Logger
+	if log == nil {
+		log = NewLogger(os.Stderr, cfg.LogLevel)
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	st, err := sqlite.Open(ctx, filepath.Join(cfg.DataDir, "torpor.db"))
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+
+	rt, err := newRuntime(cfg, log)
+	if err != nil {
+		return err
+	}
+	if err := ensureBaseTemplate(ctx, st, cfg.DataDir); err != nil {
+		return err
+	}
+	if err := ensureAdminKey(ctx, st, cfg.DataDir, opt.Stdout); err != nil {
+		return err
+	}
+	eng, err := lifecycle.New(lifecycle.Config{
+		Store:          st,
+		Runtimes:       []torpor.Runtime{rt},
+		DefaultRuntime: cfg.Runtime,
+		Logger:         log,
+		Limits:         cfg.limits(),
+		Failpoint:      failpoint(opt.Getenv(FailpointEnv), log),
+	})
+	if err != nil {
+		return err
+	}
+	defer eng.Close()
+
+	srv := api.New(api.Config{Engine: eng, Auth: st, Templates: st, Logger: log})
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- hs.Serve(ln) }()
+	log.Info("listening", "addr", ln.Addr().String(), "data_dir", cfg.DataDir, "runtime", rt.Kind())
+	if opt.OnListen != nil {
+		opt.OnListen(ln.Addr().String())
+	}
+
+	// Requests get 503 until every stored sandbox is reconciled.
+	if err := eng.Recover(ctx); err != nil {
+		_ = hs.Close()
+		return err
+	}
+	srv.SetReady()
+	log.Info("ready")
+
+	select {
+	case <-ctx.Done():
+	case err := <-serveErr:
+		return err
+	}
+	log.Info("shutting down; sandboxes keep running")
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return hs.Shutdown(sctx)
+}
+
+func newRuntime(cfg Config, log *slog.Logger) (torpor.Runtime, error) {
+	if cfg.Runtime != "runc" {
+		return nil, fmt.Errorf("runtime %q is not available (this build has: runc)", cfg.Runtime)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("finding the torpor binary for the sandbox init: %w", err)
+	}
+	return runc.New(runc.Config{
+		Dir:      filepath.Join(cfg.DataDir, "runc"),
+		RuncPath: cfg.RuncPath,
+		InitPath: self,
+		Logger:   log,
+	})
+}
+
+func (c Config) limits() torpor.Limits {
+	return torpor.Limits{
+		Default: torpor.Resources{VCPUs: c.DefaultVCPUs, MemoryMiB: c.DefaultMemoryMiB, Pids: c.DefaultPids, DiskMiB: c.DefaultDiskMiB},
+		Max:     torpor.Resources{VCPUs: c.MaxVCPUs, MemoryMiB: c.MaxMemoryMiB, Pids: c.MaxPids, DiskMiB: c.MaxDiskMiB},
+	}
+}
+
+// ensureBaseTemplate builds the busybox rootfs of the base template once.
+func ensureBaseTemplate(ctx context.Context, st torpor.TemplateStore, dataDir string) error {
+	dir := filepath.Join(dataDir, "templates", BaseTemplate, "rootfs")
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		if err := rootfs.BuildBase(ctx, dir); err != nil {
+			return fmt.Errorf("building the base template: %w", err)
+		}
+	} else if err != nil {
+		return err
+	}
+	if t, err := st.GetTemplate(ctx, BaseTemplate); err == nil && t.RootFS == dir {
+		return nil
+	}
+	return st.PutTemplate(ctx, torpor.Template{Name: BaseTemplate, RootFS: dir, CreatedAt: time.Now().UTC()})
+}
+
+// ensureAdminKey makes the default tenant and an admin key on first start,
+// writes the key to DATA_DIR/admin.key (0600) and prints it once.
+func ensureAdminKey(ctx context.Context, st torpor.AuthStore, dataDir string, out io.Writer) error {
+	path := filepath.Join(dataDir, AdminKeyFile)
+	if data, err := os.ReadFile(path); err == nil {
+		if _, err := st.APIKeyByHash(ctx, torpor.HashKey(string(data))); err == nil {
+			return nil
+		}
+	}
+	const tenant = "default"
+	now := time.Now().UTC()
+	if err := st.CreateTenant(ctx, torpor.Tenant{Name: tenant, CreatedAt: now}); err != nil && !torpor.IsCode(err, torpor.EConflict) {
+		return err
+	}
+	secret, k := torpor.NewAPIKey(tenant, true, now)
+	if err := st.CreateAPIKey(ctx, k); err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(secret+"\n"), 0o600); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "Created the admin API key (shown once; also in %s, readable by root only):\n%s\n", path, secret)
+	return nil
+}
+
+// failpoint returns the crash-test hook for the point named in spec.
+func failpoint(spec string, log *slog.Logger) func(string) {
+	if spec == "" {
+		return nil
+	}
+	log.Warn("test failpoint armed: the daemon will kill itself", "at", spec)
+	return func(name string) {
+		if name == spec {
+			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {}
+		}
+	}
+}
+
+// NewLogger returns a text logger at a level name.
+func NewLogger(w io.Writer, level string) *slog.Logger {
+	var l slog.Level
+	_ = l.UnmarshalText([]byte(strings.ToUpper(level)))
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
+}
