@@ -140,6 +140,10 @@ func (s *Sandbox) Clone() *Sandbox {
 	c.PauseModes = append([]PauseMode(nil), s.PauseModes...)
 	if s.Failure != nil {
 		f := *s.Failure
+		if f.ExitCode != nil {
+			code := *f.ExitCode
+			f.ExitCode = &code
+		}
 		c.Failure = &f
 	}
 	if s.TerminatedAt != nil {

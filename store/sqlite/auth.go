@@ -1,0 +1,125 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/torpor-dev/torpor"
+)
+
+// CreateTenant inserts t; an existing name is a conflict.
+func (s *Store) CreateTenant(ctx context.Context, t torpor.Tenant) error {
+	if t.Name == "" {
+		return torpor.Invalid("name", "tenant name is empty")
+	}
+	op := fmt.Sprintf("create tenant %q", t.Name)
+	return s.inTx(ctx, op, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO tenants (name, created_at) VALUES (?, ?)`,
+			t.Name, micros(t.CreatedAt))
+		if err != nil {
+			return wrap(err, fmt.Sprintf("tenant %q already exists", t.Name), op)
+		}
+		return nil
+	})
+}
+
+// GetTenant returns the tenant called name, or not_found.
+func (s *Store) GetTenant(ctx context.Context, name string) (*torpor.Tenant, error) {
+	var (
+		t       = torpor.Tenant{Name: name}
+		created int64
+	)
+	err := s.read.QueryRowContext(ctx, `SELECT created_at FROM tenants WHERE name = ?`, name).Scan(&created)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, torpor.Errorf(torpor.ENotFound, "tenant %q not found", name)
+	}
+	if err != nil {
+		return nil, wrap(err, "", fmt.Sprintf("get tenant %q", name))
+	}
+	t.CreatedAt = fromMicros(created)
+	return &t, nil
+}
+
+// ListTenants returns every tenant, sorted by name.
+func (s *Store) ListTenants(ctx context.Context) ([]torpor.Tenant, error) {
+	rows, err := s.read.QueryContext(ctx, `SELECT name, created_at FROM tenants ORDER BY name`)
+	if err != nil {
+		return nil, wrap(err, "", "list tenants")
+	}
+	defer rows.Close()
+	var out []torpor.Tenant
+	for rows.Next() {
+		var (
+			t       torpor.Tenant
+			created int64
+		)
+		if err := rows.Scan(&t.Name, &created); err != nil {
+			return nil, wrap(err, "", "list tenants")
+		}
+		t.CreatedAt = fromMicros(created)
+		out = append(out, t)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrap(err, "", "list tenants")
+	}
+	return out, nil
+}
+
+// CreateAPIKey inserts k. Its tenant must exist (not_found otherwise); an
+// existing id or hash is a conflict.
+func (s *Store) CreateAPIKey(ctx context.Context, k torpor.APIKey) error {
+	switch {
+	case k.ID == "":
+		return torpor.Invalid("id", "API key id is empty")
+	case k.Hash == "":
+		return torpor.Invalid("hash", "API key hash is empty")
+	}
+	op := fmt.Sprintf("create API key %q", k.ID)
+	return s.inTx(ctx, op, func(tx *sql.Tx) error {
+		if err := tenantExists(ctx, tx, k.Tenant); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx,
+			`INSERT INTO api_keys (id, tenant, admin, hash, created_at) VALUES (?, ?, ?, ?, ?)`,
+			k.ID, k.Tenant, k.Admin, k.Hash, micros(k.CreatedAt))
+		if err != nil {
+			return wrap(err, fmt.Sprintf("an API key with id %q or the same secret already exists", k.ID), op)
+		}
+		return nil
+	})
+}
+
+// tenantExists returns not_found unless the tenant called name exists.
+func tenantExists(ctx context.Context, tx *sql.Tx, name string) error {
+	var one int
+	err := tx.QueryRowContext(ctx, `SELECT 1 FROM tenants WHERE name = ?`, name).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return torpor.Errorf(torpor.ENotFound, "tenant %q not found", name)
+	}
+	if err != nil {
+		return wrap(err, "", fmt.Sprintf("look up tenant %q", name))
+	}
+	return nil
+}
+
+// APIKeyByHash returns the key whose secret hashes to hash, or not_found.
+func (s *Store) APIKeyByHash(ctx context.Context, hash string) (*torpor.APIKey, error) {
+	var (
+		k       = torpor.APIKey{Hash: hash}
+		created int64
+	)
+	err := s.read.QueryRowContext(ctx,
+		`SELECT id, tenant, admin, created_at FROM api_keys WHERE hash = ?`, hash).
+		Scan(&k.ID, &k.Tenant, &k.Admin, &created)
+	if errors.Is(err, sql.ErrNoRows) {
+		// The hash is a credential: never echo it.
+		return nil, torpor.Errorf(torpor.ENotFound, "API key not found")
+	}
+	if err != nil {
+		return nil, wrap(err, "", "look up API key")
+	}
+	k.CreatedAt = fromMicros(created)
+	return &k, nil
+}

@@ -1,0 +1,113 @@
+package sqlite
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/torpor-dev/torpor"
+)
+
+// sandboxRecord is the stored JSON form of the parts of a Sandbox that are
+// not columns. It is the store's own format, independent of the API's JSON
+// (which hides Env and Handle): change it only in ways that still read the
+// records already written.
+type sandboxRecord struct {
+	Template       string            `json:"template"`
+	StateSince     int64             `json:"state_since_us"`
+	Failure        *failureRecord    `json:"failure,omitempty"`
+	LastActivityAt int64             `json:"last_activity_at_us"`
+	TerminatedAt   *int64            `json:"terminated_at_us,omitempty"`
+	Resources      resourcesRecord   `json:"resources"`
+	Metadata       map[string]string `json:"metadata"`
+	Runtime        runtimeRecord     `json:"runtime"`
+	PauseModes     []string          `json:"pause_modes"`
+	PauseMode      string            `json:"pause_mode,omitempty"`
+	Boots          int               `json:"boots,omitempty"`
+	Env            map[string]string `json:"env"`
+	Handle         string            `json:"handle,omitempty"`
+}
+
+type failureRecord struct {
+	Code     string `json:"code"`
+	Message  string `json:"message"`
+	ExitCode *int   `json:"exit_code,omitempty"`
+}
+
+type resourcesRecord struct {
+	VCPUs     float64 `json:"vcpus,omitempty"`
+	MemoryMiB int64   `json:"memory_mib,omitempty"`
+	Pids      int64   `json:"pids,omitempty"`
+	DiskMiB   int64   `json:"disk_mib,omitempty"`
+}
+
+type runtimeRecord struct {
+	Kind       string   `json:"kind,omitempty"`
+	Setup      []string `json:"setup"`
+	Entrypoint []string `json:"entrypoint"`
+}
+
+// encodeRecord returns the record column of sb.
+func encodeRecord(sb *torpor.Sandbox) (string, error) {
+	r := sandboxRecord{
+		Template:       sb.Template,
+		StateSince:     micros(sb.StateSince),
+		LastActivityAt: micros(sb.LastActivityAt),
+		Resources:      resourcesRecord(sb.Resources),
+		Metadata:       sb.Metadata,
+		Runtime:        runtimeRecord(sb.Runtime),
+		PauseMode:      string(sb.PauseMode),
+		Boots:          sb.Boots,
+		Env:            sb.Env,
+		Handle:         sb.Handle,
+	}
+	if f := sb.Failure; f != nil {
+		r.Failure = &failureRecord{Code: f.Code, Message: f.Message, ExitCode: f.ExitCode}
+	}
+	if sb.TerminatedAt != nil {
+		us := micros(*sb.TerminatedAt)
+		r.TerminatedAt = &us
+	}
+	if sb.PauseModes != nil {
+		r.PauseModes = make([]string, len(sb.PauseModes))
+		for i, m := range sb.PauseModes {
+			r.PauseModes[i] = string(m)
+		}
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		return "", fmt.Errorf("sqlite store: encode sandbox %q: %w", sb.ID, err)
+	}
+	return string(b), nil
+}
+
+// decodeRecord fills sb's non-column fields from a record column.
+func decodeRecord(sb *torpor.Sandbox, data string) error {
+	var r sandboxRecord
+	if err := json.Unmarshal([]byte(data), &r); err != nil {
+		return fmt.Errorf("sqlite store: decode sandbox %q: %w", sb.ID, err)
+	}
+	sb.Template = r.Template
+	sb.StateSince = fromMicros(r.StateSince)
+	sb.LastActivityAt = fromMicros(r.LastActivityAt)
+	sb.Resources = torpor.Resources(r.Resources)
+	sb.Metadata = r.Metadata
+	sb.Runtime = torpor.RuntimeConfig(r.Runtime)
+	sb.PauseMode = torpor.PauseMode(r.PauseMode)
+	sb.Boots = r.Boots
+	sb.Env = r.Env
+	sb.Handle = r.Handle
+	if f := r.Failure; f != nil {
+		sb.Failure = &torpor.Failure{Code: f.Code, Message: f.Message, ExitCode: f.ExitCode}
+	}
+	if r.TerminatedAt != nil {
+		t := fromMicros(*r.TerminatedAt)
+		sb.TerminatedAt = &t
+	}
+	if r.PauseModes != nil {
+		sb.PauseModes = make([]torpor.PauseMode, len(r.PauseModes))
+		for i, m := range r.PauseModes {
+			sb.PauseModes[i] = torpor.PauseMode(m)
+		}
+	}
+	return nil
+}

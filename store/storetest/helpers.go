@@ -1,0 +1,292 @@
+package storetest
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/torpor-dev/torpor"
+)
+
+// base is the fixed instant the fixtures are built around. It has a
+// non-zero microsecond part, which a store must keep.
+func base() time.Time { return time.Date(2025, time.March, 14, 15, 9, 26, 535897000, time.UTC) }
+
+// at returns base plus d.
+func at(d time.Duration) time.Time { return base().Add(d) }
+
+// fullSandbox returns a sandbox with every field set to a non-zero value
+// (checked by requireAllSet), so that a round trip covers them all.
+func fullSandbox(id, tenant string) *torpor.Sandbox {
+	exit := 137
+	terminated := at(3*time.Hour + 7*time.Microsecond)
+	return &torpor.Sandbox{
+		ID:         id,
+		Tenant:     tenant,
+		Template:   "python-3.12",
+		State:      torpor.StateTerminated,
+		StateSince: at(3*time.Hour + 7*time.Microsecond),
+		Failure: &torpor.Failure{
+			Code:     torpor.FailureEntrypoint,
+			Message:  "entrypoint exited with status 137",
+			ExitCode: &exit,
+		},
+		CreatedAt:      at(0),
+		LastActivityAt: at(90*time.Minute + 3*time.Microsecond),
+		TerminatedAt:   &terminated,
+		Resources:      torpor.Resources{VCPUs: 1.5, MemoryMiB: 2048, Pids: 512, DiskMiB: 10240},
+		Metadata: map[string]string{
+			"app.kubernetes.io/name": "web",
+			"owner":                  "ada",
+			"ünïcode key":            "✓ value",
+		},
+		Runtime: torpor.RuntimeConfig{
+			Kind:       "runc",
+			Setup:      []string{"pip install -r requirements.txt", `echo "ready" > /tmp/ready`},
+			Entrypoint: []string{"python", "-m", "http.server", "8080"},
+		},
+		PauseModes: []torpor.PauseMode{torpor.PauseFreeze, torpor.PauseSnapshot},
+		PauseMode:  torpor.PauseSnapshot,
+		Boots:      3,
+		Env:        map[string]string{"API_TOKEN": "s3cr3t", "EMPTY": ""},
+		Handle:     `{"bundle":"/var/lib/torpor/sandboxes/x","pid":4242}`,
+		// CreateSandbox ignores it and starts at 1.
+		Version: 99,
+	}
+}
+
+// newSandbox returns a plain sandbox in state st created at created.
+func newSandbox(id, tenant string, st torpor.State, created time.Time) *torpor.Sandbox {
+	return &torpor.Sandbox{
+		ID:             id,
+		Tenant:         tenant,
+		Template:       "base",
+		State:          st,
+		StateSince:     created,
+		CreatedAt:      created,
+		LastActivityAt: created,
+		PauseModes:     []torpor.PauseMode{torpor.PauseFreeze},
+	}
+}
+
+// event returns an event of type typ about sb.
+func event(sb *torpor.Sandbox, typ string, when time.Time, attrs map[string]string) torpor.Event {
+	return torpor.Event{Type: typ, SandboxID: sb.ID, Tenant: sb.Tenant, Time: when, Attrs: attrs}
+}
+
+// create stores sb or fails the test.
+func (h *harness) create(sb *torpor.Sandbox, events ...torpor.Event) {
+	h.t.Helper()
+	if err := h.s.CreateSandbox(h.t.Context(), sb, events...); err != nil {
+		h.t.Fatalf("CreateSandbox(%q): %v", sb.ID, err)
+	}
+}
+
+// update stores sb or fails the test.
+func (h *harness) update(sb *torpor.Sandbox, events ...torpor.Event) {
+	h.t.Helper()
+	if err := h.s.UpdateSandbox(h.t.Context(), sb, events...); err != nil {
+		h.t.Fatalf("UpdateSandbox(%q, version %d): %v", sb.ID, sb.Version, err)
+	}
+}
+
+// get returns the stored sandbox or fails the test.
+func (h *harness) get(id string) *torpor.Sandbox {
+	h.t.Helper()
+	sb, err := h.s.GetSandbox(h.t.Context(), id)
+	if err != nil {
+		h.t.Fatalf("GetSandbox(%q): %v", id, err)
+	}
+	if sb == nil {
+		h.t.Fatalf("GetSandbox(%q) returned nil and no error", id)
+	}
+	return sb
+}
+
+// list returns the sandboxes that match f or fails the test.
+func (h *harness) list(f torpor.SandboxFilter) []*torpor.Sandbox {
+	h.t.Helper()
+	sbs, err := h.s.ListSandboxes(h.t.Context(), f)
+	if err != nil {
+		h.t.Fatalf("ListSandboxes(%+v): %v", f, err)
+	}
+	return sbs
+}
+
+// events returns the events that match f or fails the test.
+func (h *harness) events(f torpor.EventFilter) []torpor.Event {
+	h.t.Helper()
+	evs, err := h.s.ListEvents(h.t.Context(), f)
+	if err != nil {
+		h.t.Fatalf("ListEvents(%+v): %v", f, err)
+	}
+	return evs
+}
+
+// ids returns the ids of sbs, in order.
+func ids(sbs []*torpor.Sandbox) []string {
+	out := make([]string, len(sbs))
+	for i, sb := range sbs {
+		out[i] = sb.ID
+	}
+	return out
+}
+
+// types returns the types of evs, in order.
+func types(evs []torpor.Event) []string {
+	out := make([]string, len(evs))
+	for i, e := range evs {
+		out[i] = e.Type
+	}
+	return out
+}
+
+// wantIDs fails the test unless got lists exactly the ids want, in order.
+func wantIDs(t *testing.T, what string, got []*torpor.Sandbox, want ...string) {
+	t.Helper()
+	if g := ids(got); !slices.Equal(g, want) {
+		t.Errorf("%s: got sandboxes %q, want %q", what, g, want)
+	}
+}
+
+// wantCode fails the test unless err is (or wraps) a *torpor.Error with
+// the given code.
+func wantCode(t *testing.T, err error, code torpor.ErrorCode, what string) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("%s: succeeded, want a %s error", what, code)
+	}
+	var e *torpor.Error
+	if !errors.As(err, &e) {
+		t.Fatalf("%s: got %v (%T), want a *torpor.Error with code %s", what, err, err, code)
+	}
+	if e.Code != code {
+		t.Fatalf("%s: got code %s (%v), want %s", what, e.Code, err, code)
+	}
+}
+
+// checkSandbox fails the test if got differs from want in any field.
+func checkSandbox(t *testing.T, what string, got, want *torpor.Sandbox) {
+	t.Helper()
+	checkSame(t, what, got, want)
+}
+
+// checkSame fails the test if the structs got and want (or pointers to
+// them) differ in any field. Times must be in UTC and equal.
+func checkSame(t *testing.T, what string, got, want any) {
+	t.Helper()
+	if d := diff(got, want); len(d) > 0 {
+		t.Errorf("%s differs:\n\t%s", what, strings.Join(d, "\n\t"))
+	}
+}
+
+// diff lists, field by field, how the structs got and want differ.
+func diff(got, want any) []string {
+	g, w := reflect.ValueOf(got), reflect.ValueOf(want)
+	if g.Kind() == reflect.Pointer {
+		if g.IsNil() || w.IsNil() {
+			if g.IsNil() != w.IsNil() {
+				return []string{fmt.Sprintf("got %s, want %s", show(g), show(w))}
+			}
+			return nil
+		}
+		g, w = g.Elem(), w.Elem()
+	}
+	var out []string
+	for i := range g.NumField() {
+		name := g.Type().Field(i).Name
+		if d := diffValue(g.Field(i), w.Field(i)); d != "" {
+			out = append(out, name+": "+d)
+		}
+	}
+	return out
+}
+
+// diffValue says how one field differs, or returns "".
+func diffValue(g, w reflect.Value) string {
+	switch g.Type() {
+	case reflect.TypeFor[time.Time]():
+		return diffTime(g.Interface().(time.Time), w.Interface().(time.Time))
+	case reflect.TypeFor[*time.Time]():
+		gt, wt := g.Interface().(*time.Time), w.Interface().(*time.Time)
+		if gt == nil || wt == nil {
+			if gt != wt {
+				return fmt.Sprintf("got %s, want %s", show(g), show(w))
+			}
+			return ""
+		}
+		return diffTime(*gt, *wt)
+	}
+	if !reflect.DeepEqual(g.Interface(), w.Interface()) {
+		return fmt.Sprintf("got %s, want %s", show(g), show(w))
+	}
+	return ""
+}
+
+func diffTime(got, want time.Time) string {
+	switch {
+	case !got.Equal(want):
+		return fmt.Sprintf("got %s, want %s", got.Format(time.RFC3339Nano), want.Format(time.RFC3339Nano))
+	case got.Location() != time.UTC:
+		return fmt.Sprintf("got %s in %s, want it in UTC", got.Format(time.RFC3339Nano), got.Location())
+	}
+	return ""
+}
+
+// show formats v as JSON, which shows nil (null) apart from empty ({} or
+// []) and follows pointers.
+func show(v reflect.Value) string {
+	b, err := json.Marshal(v.Interface())
+	if err != nil {
+		return fmt.Sprintf("%#v", v.Interface())
+	}
+	return string(b)
+}
+
+// requireAllSet fails the test if any field of the struct v points to,
+// nested structs included, is zero: a fixture that leaves a field unset
+// does not prove the store keeps it. A field added to torpor.Sandbox
+// fails here until the fixture, and then the store, carry it.
+func requireAllSet(t *testing.T, v any) {
+	t.Helper()
+	rv := reflect.Indirect(reflect.ValueOf(v))
+	for _, path := range zeroFields(rv, rv.Type().Name()) {
+		t.Fatalf("storetest: the fixture leaves %s unset; set it so the round trip covers it", path)
+	}
+}
+
+func zeroFields(v reflect.Value, path string) []string {
+	if v.Type() == reflect.TypeFor[time.Time]() {
+		if v.IsZero() {
+			return []string{path}
+		}
+		return nil
+	}
+	switch v.Kind() {
+	case reflect.Pointer:
+		if v.IsNil() {
+			return []string{path}
+		}
+		return zeroFields(v.Elem(), path)
+	case reflect.Struct:
+		var out []string
+		for i := range v.NumField() {
+			out = append(out, zeroFields(v.Field(i), path+"."+v.Type().Field(i).Name)...)
+		}
+		return out
+	case reflect.Map, reflect.Slice:
+		if v.Len() == 0 {
+			return []string{path}
+		}
+		return nil
+	}
+	if v.IsZero() {
+		return []string{path}
+	}
+	return nil
+}
