@@ -1,0 +1,82 @@
+package daemon
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/spf13/pflag"
+)
+
+func TestConfigLayers(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "torpor.toml")
+	if err := os.WriteFile(file, []byte("listen = \"127.0.0.1:1111\"\nlog_level = \"warn\"\nmax_vcpus = 8\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name  string
+		env   map[string]string
+		flags []string
+		check func(c Config) bool
+	}{
+		{"defaults", nil, nil, func(c Config) bool { return c.Listen == DefaultListen && c.Runtime == "runc" }},
+		{"the data dir's file", map[string]string{"TORPOR_DATA_DIR": dir}, nil,
+			func(c Config) bool { return c.Listen == "127.0.0.1:1111" && c.LogLevel == "warn" && c.MaxVCPUs == 8 }},
+		{"env beats the file", map[string]string{"TORPOR_DATA_DIR": dir, "TORPOR_LISTEN": "127.0.0.1:2222"}, nil,
+			func(c Config) bool { return c.Listen == "127.0.0.1:2222" && c.LogLevel == "warn" }},
+		{"flag beats env", map[string]string{"TORPOR_DATA_DIR": dir, "TORPOR_LISTEN": "127.0.0.1:2222"}, []string{"--listen", "127.0.0.1:3333"},
+			func(c Config) bool { return c.Listen == "127.0.0.1:3333" }},
+		{"explicit config file", nil, []string{"--config", file, "--data-dir", "/tmp/x"},
+			func(c Config) bool { return c.Listen == "127.0.0.1:1111" && c.DataDir == "/tmp/x" }},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
+			AddFlags(fs)
+			if err := fs.Parse(c.flags); err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := LoadConfig(fs, func(k string) string { return c.env[k] })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !c.check(cfg) {
+				t.Fatalf("got %+v", cfg)
+			}
+		})
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.toml")
+	os.WriteFile(bad, []byte("lisen = \"x\"\n"), 0o600)
+	cases := []struct {
+		name  string
+		env   map[string]string
+		flags []string
+		want  string
+	}{
+		{"unknown key in the file", nil, []string{"--config", bad}, "unknown setting"},
+		{"missing explicit file", nil, []string{"--config", filepath.Join(dir, "none.toml")}, "no such file"},
+		{"bad number in env", map[string]string{"TORPOR_MAX_PIDS": "lots"}, nil, "TORPOR_MAX_PIDS"},
+		{"relative data dir", nil, []string{"--data-dir", "rel"}, "absolute"},
+		{"bad log level", nil, []string{"--log-level", "loud"}, "log_level"},
+		{"default above max", nil, []string{"--default-vcpus", "9", "--max-vcpus", "8"}, "at most"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
+			AddFlags(fs)
+			if err := fs.Parse(c.flags); err != nil {
+				t.Fatal(err)
+			}
+			_, err := LoadConfig(fs, func(k string) string { return c.env[k] })
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("got %v, want an error with %q", err, c.want)
+			}
+		})
+	}
+}
