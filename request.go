@@ -13,12 +13,15 @@ type CreateRequest struct {
 	Env       map[string]string `json:"env,omitempty"`
 	Metadata  map[string]string `json:"metadata,omitempty"`
 	Runtime   RuntimeConfig     `json:"runtime"`
+	PolicyRequest
 }
 
-// UpdateRequest changes a sandbox in place (PATCH). Nil fields stay as
-// they are; a metadata value of "" removes the key.
+// UpdateRequest changes a sandbox in place (PATCH). Absent fields stay as
+// they are; a metadata value of null or "" removes the key; a policy field
+// of null turns that rule off.
 type UpdateRequest struct {
 	Metadata map[string]*string `json:"metadata,omitempty"`
+	PolicyRequest
 }
 
 // Limits bound what a caller may ask for.
@@ -74,6 +77,9 @@ func (r *CreateRequest) Validate(l Limits) (Resources, error) {
 		return Resources{}, err
 	}
 	if err := validateRuntime(r.Runtime); err != nil {
+		return Resources{}, err
+	}
+	if err := r.PolicyRequest.Validate(); err != nil {
 		return Resources{}, err
 	}
 	return res, nil

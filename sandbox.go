@@ -121,6 +121,15 @@ type Sandbox struct {
 	// Boots counts fresh boots (create, start from hibernation, restart).
 	Boots int `json:"boots"`
 
+	// The idle policy in the two forms a caller may use (see Policy).
+	Timeout         OptSeconds      `json:"timeout"`
+	Lifecycle       *Lifecycle      `json:"lifecycle"`
+	LifecyclePolicy LifecyclePolicy `json:"lifecycle_policy"`
+	// Meters count the sandbox's transitions.
+	Meters Counters `json:"meters"`
+	// Schedule is derived by the engine when it returns a sandbox.
+	Schedule
+
 	// Env is never returned by the API: it often carries secrets.
 	Env map[string]string `json:"-"`
 	// Handle is the runtime's opaque reattachment handle.
@@ -138,6 +147,15 @@ func (s *Sandbox) Clone() *Sandbox {
 	c.Runtime.Setup = append([]string(nil), s.Runtime.Setup...)
 	c.Runtime.Entrypoint = append([]string(nil), s.Runtime.Entrypoint...)
 	c.PauseModes = append([]PauseMode(nil), s.PauseModes...)
+	c.UpcomingEvents = append([]ScheduledEvent(nil), s.UpcomingEvents...)
+	if s.Lifecycle != nil {
+		l := *s.Lifecycle
+		if l.AutoResume != nil {
+			v := *l.AutoResume
+			l.AutoResume = &v
+		}
+		c.Lifecycle = &l
+	}
 	if s.Failure != nil {
 		f := *s.Failure
 		if f.ExitCode != nil {

@@ -25,6 +25,14 @@ type Config struct {
 	Clock          torpor.Clock
 	Logger         *slog.Logger
 	Limits         torpor.Limits
+	// Capacity bounds what running and paused sandboxes hold together.
+	Capacity Capacity
+	// MaxPaused hibernates a sandbox paused this long, on the platform's
+	// terms (spec 003); 0 turns the rule off.
+	MaxPaused time.Duration
+	// DefaultPolicy fills the machine-policy fields a create request leaves
+	// out.
+	DefaultPolicy torpor.LifecyclePolicy
 	// Failpoint, when set, is called at named points of each transition
 	// ("pause.before-runtime", "pause.after-runtime", ...). Crash tests use
 	// it to kill the daemon mid-transition; production leaves it nil.
@@ -41,7 +49,14 @@ type Engine struct {
 	limits   torpor.Limits
 	fail     func(string)
 
-	locks *keyedMutex
+	locks     *keyedMutex
+	sched     *scheduler
+	ledger    *ledger
+	maxPaused time.Duration
+	defPolicy torpor.LifecyclePolicy
+
+	busyMu sync.Mutex
+	busy   map[string]int
 
 	bg       context.Context
 	stopBG   context.CancelFunc
@@ -63,8 +78,12 @@ func New(cfg Config) (*Engine, error) {
 		log:      cfg.Logger,
 		limits:   cfg.Limits,
 		fail:     cfg.Failpoint,
-		locks:    newKeyedMutex(),
-		watchers: map[string]*watcher{},
+		locks:     newKeyedMutex(),
+		watchers:  map[string]*watcher{},
+		ledger:    newLedger(cfg.Capacity),
+		maxPaused: cfg.MaxPaused,
+		defPolicy: cfg.DefaultPolicy,
+		busy:      map[string]int{},
 	}
 	for _, rt := range cfg.Runtimes {
 		e.runtimes[rt.Kind()] = rt
@@ -88,13 +107,25 @@ func New(cfg Config) (*Engine, error) {
 		e.fail = func(string) {}
 	}
 	e.bg, e.stopBG = context.WithCancel(context.Background())
+	e.sched = newScheduler(e.clock, e.sweep)
 	return e, nil
 }
 
 // Recover reconciles every stored sandbox with its runtime and starts
 // watching the running ones. Call it once, before serving requests.
 func (e *Engine) Recover(ctx context.Context) error {
-	return e.reconcile(ctx)
+	if err := e.reconcile(ctx); err != nil {
+		return err
+	}
+	sbs, err := e.store.ListSandboxes(ctx, torpor.SandboxFilter{})
+	if err != nil {
+		return err
+	}
+	for _, sb := range sbs {
+		e.track(sb)
+	}
+	e.sched.run(e.bg, &e.wg)
+	return nil
 }
 
 // Close stops the engine's background work. Sandboxes keep running; a new
@@ -156,22 +187,70 @@ func (e *Engine) Create(ctx context.Context, tenant string, req torpor.CreateReq
 	if sb.Metadata == nil {
 		sb.Metadata = map[string]string{}
 	}
+	sb.Timeout, sb.LifecyclePolicy = torpor.Off(), e.defPolicy
+	if err := applyPolicy(sb, req.PolicyRequest); err != nil {
+		return nil, err
+	}
 	unlock := e.locks.lock(sb.ID)
 	defer unlock()
+	if err := e.ledger.admit(sb.ID, torpor.StateStarting, sb.Resources); err != nil {
+		return nil, err
+	}
 	if err := e.store.CreateSandbox(ctx, sb, e.event(sb, torpor.EventCreated, "cause", "api")); err != nil {
+		e.ledger.record(sb.ID, torpor.StateTerminated, sb.Resources)
 		return nil, err
 	}
 	e.fail("create.before-runtime")
-	if err := e.boot(ctx, sb, rt, *tmpl, torpor.EventStarted); err != nil {
+	if err := e.boot(ctx, sb, rt, *tmpl, torpor.EventStarted, CauseAPI); err != nil {
 		return nil, err
 	}
-	return sb.Clone(), nil
+	return e.view(sb), nil
+}
+
+// applyPolicy merges a request's policy fields into sb and checks the
+// result.
+func applyPolicy(sb *torpor.Sandbox, r torpor.PolicyRequest) error {
+	if err := r.Validate(); err != nil {
+		return err
+	}
+	r.Apply(sb)
+	if r.Lifecycle != nil && r.Lifecycle.OnTimeout != "" && !sb.Timeout.On() {
+		return torpor.Invalid("lifecycle.on_timeout", "needs a timeout: set timeout (idle seconds) too")
+	}
+	return nil
+}
+
+// view returns a copy of sb for a caller, with its schedule filled in.
+func (e *Engine) view(sb *torpor.Sandbox) *torpor.Sandbox {
+	c := sb.Clone()
+	c.Schedule = schedule(sb, e.maxPaused, e.now())
+	return c
+}
+
+// save stores sb with events, then brings the capacity ledger and the
+// scheduler up to date with it. Every change of a sandbox goes through it.
+func (e *Engine) save(ctx context.Context, sb *torpor.Sandbox, events ...torpor.Event) error {
+	if err := e.store.UpdateSandbox(context.WithoutCancel(ctx), sb, events...); err != nil {
+		return err
+	}
+	e.track(sb)
+	return nil
+}
+
+// track records what sb holds and when the idle engine acts on it next.
+func (e *Engine) track(sb *torpor.Sandbox) {
+	e.ledger.record(sb.ID, sb.State, sb.Resources)
+	if evs := plan(sb, e.maxPaused); len(evs) > 0 {
+		e.sched.set(sb.ID, evs[0].At)
+	} else {
+		e.sched.remove(sb.ID)
+	}
 }
 
 // boot boots sb's instance fresh and records running, or failed with the
 // reason when the runtime says the boot itself failed. sb must be in the
 // in-between state that led here (starting or restarting).
-func (e *Engine) boot(ctx context.Context, sb *torpor.Sandbox, rt torpor.Runtime, tmpl torpor.Template, evType string) error {
+func (e *Engine) boot(ctx context.Context, sb *torpor.Sandbox, rt torpor.Runtime, tmpl torpor.Template, evType, cause string) error {
 	e.unwatch(sb.ID)
 	handle, err := rt.Boot(ctx, torpor.BootSpec{
 		SandboxID:  sb.ID,
@@ -195,7 +274,7 @@ func (e *Engine) boot(ctx context.Context, sb *torpor.Sandbox, rt torpor.Runtime
 	sb.Handle = handle
 	sb.Failure = nil
 	sb.PauseMode = ""
-	if err := e.setState(ctx, sb, torpor.StateRunning, e.event(sb, evType, "boot", fmt.Sprint(sb.Boots))); err != nil {
+	if err := e.setState(ctx, sb, torpor.StateRunning, e.event(sb, evType, "boot", fmt.Sprint(sb.Boots), "cause", cause)); err != nil {
 		return err
 	}
 	e.watch(sb.ID, sb.Handle, rt)
@@ -224,7 +303,7 @@ func (e *Engine) setState(ctx context.Context, sb *torpor.Sandbox, s torpor.Stat
 		sb.State = s
 		sb.StateSince = e.now()
 	}
-	return e.store.UpdateSandbox(context.WithoutCancel(ctx), sb, events...)
+	return e.save(ctx, sb, events...)
 }
 
 func (e *Engine) event(sb *torpor.Sandbox, typ string, kv ...string) torpor.Event {
@@ -240,7 +319,11 @@ func (e *Engine) event(sb *torpor.Sandbox, typ string, kv ...string) torpor.Even
 
 // Get returns one of tenant's sandboxes.
 func (e *Engine) Get(ctx context.Context, tenant, id string) (*torpor.Sandbox, error) {
-	return e.load(ctx, tenant, id)
+	sb, err := e.load(ctx, tenant, id)
+	if err != nil {
+		return nil, err
+	}
+	return e.view(sb), nil
 }
 
 // load reads a sandbox and hides other tenants' ones behind not_found.
@@ -274,7 +357,11 @@ func (e *Engine) List(ctx context.Context, tenant string, f torpor.SandboxFilter
 		return nil, err
 	}
 	f.Tenant = tenant
-	return e.store.ListSandboxes(ctx, f)
+	sbs, err := e.store.ListSandboxes(ctx, f)
+	for i, sb := range sbs {
+		sbs[i] = e.view(sb)
+	}
+	return sbs, err
 }
 
 // Events returns tenant's events after a cursor.
@@ -317,12 +404,18 @@ func (e *Engine) Update(ctx context.Context, tenant, id string, req torpor.Updat
 		return nil, err
 	}
 	sb.Metadata = md
-	if err := e.store.UpdateSandbox(ctx, sb, e.event(sb, "sandbox.updated")); err != nil {
+	if err := applyPolicy(sb, req.PolicyRequest); err != nil {
 		return nil, err
 	}
-	return sb, nil
+	if err := e.save(ctx, sb, e.event(sb, "sandbox.updated")); err != nil {
+		return nil, err
+	}
+	return e.view(sb), nil
 }
 
 func gone(sb *torpor.Sandbox) error {
 	return &torpor.Error{Code: torpor.EGone, State: sb.State, Message: fmt.Sprintf("sandbox %s is terminated", sb.ID)}
 }
+
+// NextDeadline returns when the idle engine next looks at a sandbox.
+func (e *Engine) NextDeadline(id string) (time.Time, bool) { return e.sched.next(id) }

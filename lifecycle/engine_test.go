@@ -5,32 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/torpor-dev/torpor"
+	"github.com/torpor-dev/torpor/clocktest"
 	"github.com/torpor-dev/torpor/lifecycle"
 	"github.com/torpor-dev/torpor/runtime/fake"
 	"github.com/torpor-dev/torpor/store/sqlite"
 )
-
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
 
 // crash is what a failpoint panics with to model the daemon dying there.
 type crash struct{ at string }
@@ -39,13 +22,14 @@ type env struct {
 	t     *testing.T
 	store *sqlite.Store
 	host  *fake.Host
-	clock *clock
+	clock *clocktest.Clock
 	eng   *lifecycle.Engine
 	// crashAt makes the engine "die" at that failpoint.
 	crashAt string
+	opts    []func(*lifecycle.Config)
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T, opts ...func(*lifecycle.Config)) *env {
 	t.Helper()
 	ctx := context.Background()
 	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "torpor.db"))
@@ -56,7 +40,7 @@ func newEnv(t *testing.T) *env {
 	if err := st.PutTemplate(ctx, torpor.Template{Name: "base", RootFS: "/nonexistent", CreatedAt: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, store: st, host: fake.NewHost(), clock: &clock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}}
+	e := &env{t: t, store: st, host: fake.NewHost(), clock: clocktest.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)), opts: opts}
 	e.restart()
 	return e
 }
@@ -67,7 +51,7 @@ func (e *env) restart() {
 	if e.eng != nil {
 		e.eng.Close()
 	}
-	eng, err := lifecycle.New(lifecycle.Config{
+	cfg := lifecycle.Config{
 		Store:    e.store,
 		Runtimes: []torpor.Runtime{fake.New(e.host)},
 		Clock:    e.clock,
@@ -77,7 +61,11 @@ func (e *env) restart() {
 				panic(crash{name})
 			}
 		},
-	})
+	}
+	for _, o := range e.opts {
+		o(&cfg)
+	}
+	eng, err := lifecycle.New(cfg)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -362,7 +350,7 @@ func TestTenantsSeeOnlyTheirOwnSandboxes(t *testing.T) {
 	}
 }
 
-func TestExecNeedsARunningSandboxAndCountsAsActivity(t *testing.T) {
+func TestExecCountsAsActivityAndChecksInput(t *testing.T) {
 	e := newEnv(t)
 	sb := e.create(torpor.CreateRequest{})
 	e.clock.Advance(time.Minute)
@@ -372,12 +360,7 @@ func TestExecNeedsARunningSandboxAndCountsAsActivity(t *testing.T) {
 	if got := e.get(sb.ID); !got.LastActivityAt.Equal(e.clock.Now()) {
 		t.Fatalf("last activity %v, want %v", got.LastActivityAt, e.clock.Now())
 	}
-	must(e.eng.Pause(ctx, "acme", sb.ID, ""))
-	_, err := e.eng.Exec(ctx, "acme", sb.ID, torpor.ExecRequest{Cmd: []string{"true"}})
-	if !torpor.IsCode(err, torpor.EConflict) {
-		t.Fatalf("exec in a paused sandbox: %v", err)
-	}
-	_, err = e.eng.Exec(ctx, "acme", sb.ID, torpor.ExecRequest{Cmd: []string{"true"}, Cwd: "relative"})
+	_, err := e.eng.Exec(ctx, "acme", sb.ID, torpor.ExecRequest{Cmd: []string{"true"}, Cwd: "relative"})
 	if !torpor.IsCode(err, torpor.EInvalid) {
 		t.Fatalf("relative cwd: %v", err)
 	}

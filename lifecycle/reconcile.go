@@ -63,7 +63,7 @@ func (e *Engine) reconcileOne(ctx context.Context, id string) error {
 	switch sb.State {
 	case torpor.StateStarting, torpor.StateRestarting:
 		// The boot's outcome was never recorded: boot again from scratch.
-		return e.coldStart(ctx, sb, sb.State, torpor.EventStarted)
+		return e.coldStart(ctx, sb, sb.State, torpor.EventStarted, CauseReconcile)
 
 	case torpor.StateRunning, torpor.StateResuming:
 		switch st.State {
@@ -79,7 +79,7 @@ func (e *Engine) reconcileOne(ctx context.Context, id string) error {
 		case torpor.InstanceStopped:
 			return e.recordFailure(ctx, sb, stoppedFailure(st))
 		default: // lost with the host: boot it again on its disk
-			return e.coldStart(ctx, sb, torpor.StateStarting, torpor.EventStarted)
+			return e.coldStart(ctx, sb, torpor.StateStarting, torpor.EventStarted, CauseReconcile)
 		}
 
 	case torpor.StatePausing, torpor.StatePaused:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path"
+	"strconv"
 	"strings"
 	"time"
 
@@ -31,7 +32,7 @@ func (e *Engine) withSandbox(ctx context.Context, tenant, id string, fn func(sb 
 	if err := fn(sb); err != nil {
 		return nil, err
 	}
-	return sb, nil
+	return e.view(sb), nil
 }
 
 func ref(sb *torpor.Sandbox) torpor.InstanceRef {
@@ -81,6 +82,10 @@ func (e *Engine) pause(ctx context.Context, sb *torpor.Sandbox, mode torpor.Paus
 		return fmt.Errorf("pause %s: %w", sb.ID, err)
 	}
 	e.fail("pausing.after-runtime")
+	sb.Meters.Pauses++
+	if cause == CauseIdle {
+		sb.Meters.AutoPaused++
+	}
 	return e.setState(ctx, sb, torpor.StatePaused, e.event(sb, torpor.EventPaused, "cause", cause, "mode", string(mode)))
 }
 
@@ -108,7 +113,13 @@ func (e *Engine) start(ctx context.Context, sb *torpor.Sandbox, cause string) er
 	case torpor.StatePaused, torpor.StateResuming:
 		return e.resume(ctx, sb, cause)
 	case torpor.StateHibernated, torpor.StateFailed, torpor.StateStarting:
-		return e.coldStart(ctx, sb, torpor.StateStarting, torpor.EventStarted)
+		if sb.State == torpor.StateHibernated {
+			sb.Meters.Resumes++
+			if cause == CauseAuto {
+				sb.Meters.AutoResumed++
+			}
+		}
+		return e.coldStart(ctx, sb, torpor.StateStarting, torpor.EventStarted, cause)
 	case torpor.StateTerminated:
 		return gone(sb)
 	}
@@ -120,7 +131,11 @@ func (e *Engine) resume(ctx context.Context, sb *torpor.Sandbox, cause string) e
 	if err != nil {
 		return err
 	}
+	if err := e.ledger.admit(sb.ID, torpor.StateResuming, sb.Resources); err != nil {
+		return err
+	}
 	if err := e.setState(ctx, sb, torpor.StateResuming); err != nil {
+		e.ledger.record(sb.ID, torpor.StatePaused, sb.Resources)
 		return err
 	}
 	e.fail("resuming.before-runtime")
@@ -133,11 +148,16 @@ func (e *Engine) resume(ctx context.Context, sb *torpor.Sandbox, cause string) e
 	e.fail("resuming.after-runtime")
 	sb.PauseMode = ""
 	sb.LastActivityAt = e.now()
-	return e.setState(ctx, sb, torpor.StateRunning, e.event(sb, torpor.EventResumed, "cause", cause, "auto", "false"))
+	sb.Meters.Resumes++
+	auto := cause == CauseAuto
+	if auto {
+		sb.Meters.AutoResumed++
+	}
+	return e.setState(ctx, sb, torpor.StateRunning, e.event(sb, torpor.EventResumed, "cause", cause, "auto", strconv.FormatBool(auto)))
 }
 
 // coldStart boots sb fresh on its disk through the in-between state via.
-func (e *Engine) coldStart(ctx context.Context, sb *torpor.Sandbox, via torpor.State, evType string) error {
+func (e *Engine) coldStart(ctx context.Context, sb *torpor.Sandbox, via torpor.State, evType, cause string) error {
 	rt, err := e.runtime(sb.Runtime.Kind)
 	if err != nil {
 		return err
@@ -146,12 +166,17 @@ func (e *Engine) coldStart(ctx context.Context, sb *torpor.Sandbox, via torpor.S
 	if err != nil {
 		return fmt.Errorf("template %s of sandbox %s: %w", sb.Template, sb.ID, err)
 	}
+	if err := e.ledger.admit(sb.ID, via, sb.Resources); err != nil {
+		return err
+	}
+	prev := sb.State
 	sb.LastActivityAt = e.now()
 	if err := e.setState(ctx, sb, via); err != nil {
+		e.ledger.record(sb.ID, prev, sb.Resources)
 		return err
 	}
 	e.fail(string(via) + ".before-runtime")
-	return e.boot(ctx, sb, rt, *tmpl, evType)
+	return e.boot(ctx, sb, rt, *tmpl, evType, cause)
 }
 
 // Hibernate ends a running or paused sandbox's processes and keeps its disk.
@@ -185,6 +210,10 @@ func (e *Engine) hibernate(ctx context.Context, sb *torpor.Sandbox, cause string
 	}
 	e.fail("hibernating.after-runtime")
 	sb.Handle, sb.PauseMode = "", ""
+	sb.Meters.Hibernations++
+	if cause == CauseIdle || cause == CausePlatform {
+		sb.Meters.AutoHibernated++
+	}
 	return e.setState(ctx, sb, torpor.StateHibernated, e.event(sb, torpor.EventHibernated, "cause", cause))
 }
 
@@ -193,7 +222,7 @@ func (e *Engine) Restart(ctx context.Context, tenant, id string) (*torpor.Sandbo
 	return e.withSandbox(ctx, tenant, id, func(sb *torpor.Sandbox) error {
 		switch sb.State {
 		case torpor.StateRunning, torpor.StateRestarting:
-			return e.coldStart(ctx, sb, torpor.StateRestarting, torpor.EventRestarted)
+			return e.coldStart(ctx, sb, torpor.StateRestarting, torpor.EventRestarted, CauseAPI)
 		case torpor.StateTerminated:
 			return gone(sb)
 		}
@@ -208,7 +237,7 @@ func (e *Engine) Touch(ctx context.Context, tenant, id string) (*torpor.Sandbox,
 			return gone(sb)
 		}
 		sb.LastActivityAt = e.now()
-		return e.store.UpdateSandbox(ctx, sb)
+		return e.save(ctx, sb)
 	})
 }
 
@@ -242,35 +271,137 @@ func (e *Engine) terminate(ctx context.Context, sb *torpor.Sandbox, cause string
 	return e.setState(ctx, sb, torpor.StateTerminated, e.event(sb, torpor.EventTerminated, "cause", cause))
 }
 
-// Exec runs a command in a running sandbox and counts as activity.
+// Exec runs a command in a running sandbox and counts as activity, when it
+// starts and when it ends. A paused or hibernated sandbox is woken first
+// when its policy has auto_resume.
 func (e *Engine) Exec(ctx context.Context, tenant, id string, req torpor.ExecRequest) (torpor.ExecResult, error) {
 	if err := validateExec(req); err != nil {
 		return torpor.ExecResult{}, err
 	}
 	var rt torpor.Runtime
-	sb, err := e.withSandbox(ctx, tenant, id, func(sb *torpor.Sandbox) error {
-		switch sb.State {
-		case torpor.StateRunning:
-		case torpor.StatePaused, torpor.StateHibernated:
-			return &torpor.Error{Code: torpor.EConflict, State: sb.State, Reason: "state",
-				Message: fmt.Sprintf("sandbox %s is %s; call start (or connect) first", sb.ID, sb.State)}
-		case torpor.StateTerminated:
-			return gone(sb)
-		default:
-			return torpor.WrongState("exec in", sb.State)
-		}
-		var err error
-		if rt, err = e.runtime(sb.Runtime.Kind); err != nil {
-			return err
-		}
-		sb.LastActivityAt = e.now()
-		return e.store.UpdateSandbox(ctx, sb)
+	sb, err := e.operate(ctx, tenant, id, "exec in", func(sb *torpor.Sandbox) (err error) {
+		rt, err = e.runtime(sb.Runtime.Kind)
+		return err
 	})
 	if err != nil {
 		return torpor.ExecResult{}, err
 	}
+	defer e.done(tenant, id)
 	return rt.Exec(ctx, ref(sb), req)
 }
+
+// operate prepares an operation on a sandbox (exec, files, code): it wakes
+// the sandbox if it sleeps and its policy allows, records the activity,
+// and marks the sandbox busy so that the idle engine leaves it alone until
+// done is called.
+func (e *Engine) operate(ctx context.Context, tenant, id, what string, fn func(sb *torpor.Sandbox) error) (*torpor.Sandbox, error) {
+	return e.withSandbox(ctx, tenant, id, func(sb *torpor.Sandbox) error {
+		if err := e.wake(ctx, sb, what); err != nil {
+			return err
+		}
+		if err := fn(sb); err != nil {
+			return err
+		}
+		sb.LastActivityAt = e.now()
+		if err := e.save(ctx, sb); err != nil {
+			return err
+		}
+		e.busyMu.Lock()
+		e.busy[id]++
+		e.busyMu.Unlock()
+		return nil
+	})
+}
+
+// done ends an operation begun with operate and records the activity.
+func (e *Engine) done(tenant, id string) {
+	e.busyMu.Lock()
+	if e.busy[id]--; e.busy[id] <= 0 {
+		delete(e.busy, id)
+	}
+	e.busyMu.Unlock()
+	_, _ = e.withSandbox(e.bg, tenant, id, func(sb *torpor.Sandbox) error {
+		if sb.State != torpor.StateRunning {
+			return nil
+		}
+		sb.LastActivityAt = e.now()
+		return e.save(e.bg, sb)
+	})
+}
+
+func (e *Engine) isBusy(id string) bool {
+	e.busyMu.Lock()
+	defer e.busyMu.Unlock()
+	return e.busy[id] > 0
+}
+
+// wake makes sure sb is running for an operation, resuming it when it is
+// paused or hibernated and its policy has auto_resume. Callers that arrive
+// together queue on the sandbox's lock and share the one resume.
+func (e *Engine) wake(ctx context.Context, sb *torpor.Sandbox, what string) error {
+	switch sb.State {
+	case torpor.StateRunning:
+		return nil
+	case torpor.StatePaused, torpor.StateHibernated:
+		if !sb.Policy().AutoResume {
+			return &torpor.Error{Code: torpor.EConflict, State: sb.State, Reason: "paused",
+				Message: fmt.Sprintf("sandbox %s is %s and auto_resume is off; call connect (or start) first", sb.ID, sb.State)}
+		}
+		if err := e.start(ctx, sb, CauseAuto); err != nil {
+			return err
+		}
+		if sb.State != torpor.StateRunning {
+			return &torpor.Error{Code: torpor.EConflict, State: sb.State, Reason: "state",
+				Message: fmt.Sprintf("sandbox %s did not come back: it is %s", sb.ID, sb.State)}
+		}
+		return nil
+	case torpor.StateTerminated:
+		return gone(sb)
+	}
+	return torpor.WrongState(what, sb.State)
+}
+
+// sweep acts on a sandbox whose idle deadline passed. It re-reads the
+// sandbox under its lock first, so an operation that got there first wins:
+// the sweep then only reschedules.
+func (e *Engine) sweep(ctx context.Context, id string) {
+	unlock := e.locks.lock(id)
+	defer unlock()
+	sb, err := e.store.GetSandbox(ctx, id)
+	if err != nil {
+		return
+	}
+	evs := plan(sb, e.maxPaused)
+	if len(evs) == 0 {
+		e.sched.remove(id)
+		return
+	}
+	ev, now := evs[0], e.now()
+	if ev.At.After(now) {
+		e.sched.set(id, ev.At)
+		return
+	}
+	if sb.State == torpor.StateRunning && e.isBusy(id) {
+		// An operation is in flight: it is activity. Look again later.
+		e.sched.set(id, now.Add(sb.Policy().IdleAfter))
+		return
+	}
+	switch ev.Action {
+	case torpor.ActionPause:
+		err = e.pause(ctx, sb, "", ev.Cause)
+	case torpor.ActionHibernate:
+		err = e.hibernate(ctx, sb, ev.Cause)
+	case torpor.ActionKill:
+		err = e.terminate(ctx, sb, ev.Cause)
+	}
+	if err != nil {
+		e.log.Error("idle action failed; retrying", "sandbox", id, "action", ev.Action, "err", err)
+		e.sched.set(id, now.Add(sweepRetry))
+	}
+}
+
+// sweepRetry is how long a failed idle action waits before its next try.
+const sweepRetry = 30 * time.Second
 
 func validateExec(req torpor.ExecRequest) error {
 	if err := torpor.ValidateArgv("cmd", req.Cmd, false); err != nil {

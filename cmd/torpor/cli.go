@@ -40,7 +40,7 @@ func newRoot(c *cli) *cobra.Command {
 	pf.BoolVar(&c.json, "json", false, "print JSON for scripts")
 	root.AddCommand(
 		c.serveCmd(),
-		c.createCmd(), c.lsCmd(), c.getCmd(), c.execCmd(),
+		c.createCmd(), c.lsCmd(), c.getCmd(), c.updateCmd(), c.execCmd(),
 		c.verbCmd("pause", nil, "Freeze a running sandbox: its processes stop, its memory stays"),
 		c.verbCmd("start", []string{"resume", "connect"}, "Continue a paused sandbox, or boot a hibernated one"),
 		c.verbCmd("hibernate", nil, "Stop a sandbox's processes and keep every file on its disk"),

@@ -23,6 +23,7 @@ func (c *cli) createCmd() *cobra.Command {
 		runtimeKind      string
 		cpus             float64
 		mem, pids, disks int64
+		pf               policyFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "create [flags] [-- ENTRYPOINT ARGS...]",
@@ -42,6 +43,7 @@ func (c *cli) createCmd() *cobra.Command {
 				req.Resources = &res
 			}
 			req.Runtime = torpor.RuntimeConfig{Kind: runtimeKind, Setup: setup, Entrypoint: args}
+			req.PolicyRequest = pf.request(cmd)
 			cl, err := c.client()
 			if err != nil {
 				return err
@@ -72,6 +74,99 @@ func (c *cli) createCmd() *cobra.Command {
 	f.StringArrayVarP(&md, "metadata", "m", nil, "metadata KEY=VALUE (repeatable)")
 	f.StringArrayVar(&setup, "setup", nil, "shell command run at each boot before the entrypoint (repeatable)")
 	f.StringVar(&runtimeKind, "runtime", "", "runtime (default: the server's)")
+	pf.add(cmd)
+	return cmd
+}
+
+// policyFlags are the idle-policy flags of create and update. A value of 0
+// turns a rule off (null in the API).
+type policyFlags struct {
+	timeout, pauseAfter, hibernateAfter, connIdle int64
+	onTimeout                                      string
+	autoResume                                     bool
+}
+
+func (p *policyFlags) add(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.Int64Var(&p.timeout, "timeout", 0, "idle seconds before --on-timeout acts (0: off)")
+	f.StringVar(&p.onTimeout, "on-timeout", "", "kill, pause or hibernate when --timeout passes (default kill)")
+	f.BoolVar(&p.autoResume, "auto-resume", true, "wake the sandbox on the next operation when it is paused or hibernated")
+	f.Int64Var(&p.pauseAfter, "pause-after", 0, "pause after this many idle seconds (0: off)")
+	f.Int64Var(&p.hibernateAfter, "hibernate-after", 0, "hibernate after this many seconds paused, or idle when pausing is off (0: off)")
+	f.Int64Var(&p.connIdle, "connection-idle", 0, "seconds a silent connection still counts as activity (0: off)")
+}
+
+// request turns the flags that were given into a policy request.
+func (p *policyFlags) request(cmd *cobra.Command) torpor.PolicyRequest {
+	f := cmd.Flags()
+	secs := func(name string, v int64) torpor.OptSeconds {
+		switch {
+		case !f.Changed(name):
+			return torpor.OptSeconds{}
+		case v == 0:
+			return torpor.Off()
+		}
+		return torpor.Seconds(v)
+	}
+	var r torpor.PolicyRequest
+	r.Timeout = secs("timeout", p.timeout)
+	if f.Changed("on-timeout") || f.Changed("auto-resume") {
+		r.Lifecycle = &torpor.Lifecycle{OnTimeout: p.onTimeout}
+		if f.Changed("auto-resume") {
+			v := p.autoResume
+			r.Lifecycle.AutoResume = &v
+		}
+	}
+	lp := torpor.LifecyclePolicy{
+		PauseAfterIdleSeconds:       secs("pause-after", p.pauseAfter),
+		HibernateAfterPausedSeconds: secs("hibernate-after", p.hibernateAfter),
+		ConnectionIdleSeconds:       secs("connection-idle", p.connIdle),
+	}
+	if lp != (torpor.LifecyclePolicy{}) {
+		r.LifecyclePolicy = &lp
+	}
+	return r
+}
+
+func (c *cli) updateCmd() *cobra.Command {
+	var (
+		md []string
+		pf policyFlags
+	)
+	cmd := &cobra.Command{
+		Use:   "update ID",
+		Short: "Change a sandbox's metadata (KEY= removes a key) or idle policy",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			meta, err := kv("metadata", md)
+			if err != nil {
+				return err
+			}
+			req := torpor.UpdateRequest{PolicyRequest: pf.request(cmd)}
+			for k, v := range meta {
+				if req.Metadata == nil {
+					req.Metadata = map[string]*string{}
+				}
+				v := v
+				req.Metadata[k] = &v
+			}
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			sb, err := cl.Update(cmd.Context(), args[0], req)
+			if err != nil {
+				return err
+			}
+			if c.json {
+				return c.printJSON(sb)
+			}
+			printSandbox(c.stdout, sb)
+			return nil
+		},
+	}
+	cmd.Flags().StringArrayVarP(&md, "metadata", "m", nil, "metadata KEY=VALUE (repeatable; KEY= removes)")
+	pf.add(cmd)
 	return cmd
 }
 
@@ -185,6 +280,19 @@ func printSandbox(w io.Writer, sb *torpor.Sandbox) {
 	row("Runtime", sb.Runtime.Kind)
 	row("Pause modes", fmt.Sprint(sb.PauseModes))
 	row("Boots", fmt.Sprint(sb.Boots))
+	row("Meters", sb.Meters.String())
+	p := sb.Policy()
+	pol := "none"
+	if p.IdleAction != "" {
+		pol = fmt.Sprintf("%s after %s idle", p.IdleAction, p.IdleAfter)
+	}
+	if p.HibernateAfterPaused > 0 {
+		pol += fmt.Sprintf("; hibernate after %s paused", p.HibernateAfterPaused)
+	}
+	row("Idle policy", fmt.Sprintf("%s; auto-resume %v", pol, p.AutoResume))
+	for _, ev := range sb.UpcomingEvents {
+		row("Upcoming", fmt.Sprintf("%s at %s (%s)", ev.Action, ev.At.Local().Format(time.DateTime), ev.Cause))
+	}
 	if len(sb.Metadata) > 0 {
 		row("Metadata", metadataString(sb.Metadata))
 	}

@@ -25,6 +25,37 @@ type sandboxRecord struct {
 	Boots          int               `json:"boots,omitempty"`
 	Env            map[string]string `json:"env"`
 	Handle         string            `json:"handle,omitempty"`
+	Timeout        optRecord         `json:"timeout"`
+	Lifecycle      *lifecycleRecord  `json:"lifecycle,omitempty"`
+	Policy         policyRecord      `json:"lifecycle_policy"`
+	Meters         countersRecord    `json:"meters"`
+}
+
+// optRecord keeps absent, null and a number apart.
+type optRecord struct {
+	Set   bool  `json:"set,omitempty"`
+	Null  bool  `json:"null,omitempty"`
+	Value int64 `json:"value,omitempty"`
+}
+
+type lifecycleRecord struct {
+	OnTimeout  string `json:"on_timeout,omitempty"`
+	AutoResume *bool  `json:"auto_resume,omitempty"`
+}
+
+type policyRecord struct {
+	PauseAfterIdle       optRecord `json:"pause_after_idle"`
+	HibernateAfterPaused optRecord `json:"hibernate_after_paused"`
+	ConnectionIdle       optRecord `json:"connection_idle"`
+}
+
+type countersRecord struct {
+	Pauses         int64 `json:"pauses,omitempty"`
+	AutoPaused     int64 `json:"auto_paused,omitempty"`
+	Resumes        int64 `json:"resumes,omitempty"`
+	AutoResumed    int64 `json:"auto_resumed,omitempty"`
+	Hibernations   int64 `json:"hibernations,omitempty"`
+	AutoHibernated int64 `json:"auto_hibernated,omitempty"`
 }
 
 type failureRecord struct {
@@ -59,6 +90,16 @@ func encodeRecord(sb *torpor.Sandbox) (string, error) {
 		Boots:          sb.Boots,
 		Env:            sb.Env,
 		Handle:         sb.Handle,
+		Timeout:        optRecord(sb.Timeout),
+		Policy: policyRecord{
+			PauseAfterIdle:       optRecord(sb.LifecyclePolicy.PauseAfterIdleSeconds),
+			HibernateAfterPaused: optRecord(sb.LifecyclePolicy.HibernateAfterPausedSeconds),
+			ConnectionIdle:       optRecord(sb.LifecyclePolicy.ConnectionIdleSeconds),
+		},
+		Meters: countersRecord(sb.Meters),
+	}
+	if l := sb.Lifecycle; l != nil {
+		r.Lifecycle = &lifecycleRecord{OnTimeout: l.OnTimeout, AutoResume: l.AutoResume}
 	}
 	if f := sb.Failure; f != nil {
 		r.Failure = &failureRecord{Code: f.Code, Message: f.Message, ExitCode: f.ExitCode}
@@ -96,6 +137,16 @@ func decodeRecord(sb *torpor.Sandbox, data string) error {
 	sb.Boots = r.Boots
 	sb.Env = r.Env
 	sb.Handle = r.Handle
+	sb.Timeout = torpor.OptSeconds(r.Timeout)
+	sb.LifecyclePolicy = torpor.LifecyclePolicy{
+		PauseAfterIdleSeconds:       torpor.OptSeconds(r.Policy.PauseAfterIdle),
+		HibernateAfterPausedSeconds: torpor.OptSeconds(r.Policy.HibernateAfterPaused),
+		ConnectionIdleSeconds:       torpor.OptSeconds(r.Policy.ConnectionIdle),
+	}
+	sb.Meters = torpor.Counters(r.Meters)
+	if l := r.Lifecycle; l != nil {
+		sb.Lifecycle = &torpor.Lifecycle{OnTimeout: l.OnTimeout, AutoResume: l.AutoResume}
+	}
 	if f := r.Failure; f != nil {
 		sb.Failure = &torpor.Failure{Code: f.Code, Message: f.Message, ExitCode: f.ExitCode}
 	}

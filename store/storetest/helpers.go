@@ -24,6 +24,7 @@ func at(d time.Duration) time.Time { return base().Add(d) }
 // (checked by requireAllSet), so that a round trip covers them all.
 func fullSandbox(id, tenant string) *torpor.Sandbox {
 	exit := 137
+	autoResume := true
 	terminated := at(3*time.Hour + 7*time.Microsecond)
 	return &torpor.Sandbox{
 		ID:         id,
@@ -55,6 +56,14 @@ func fullSandbox(id, tenant string) *torpor.Sandbox {
 		Boots:      3,
 		Env:        map[string]string{"API_TOKEN": "s3cr3t", "EMPTY": ""},
 		Handle:     `{"bundle":"/var/lib/torpor/sandboxes/x","pid":4242}`,
+		Timeout:    torpor.Seconds(300),
+		Lifecycle:  &torpor.Lifecycle{OnTimeout: torpor.ActionPause, AutoResume: &autoResume},
+		LifecyclePolicy: torpor.LifecyclePolicy{
+			PauseAfterIdleSeconds:       torpor.Off(),
+			HibernateAfterPausedSeconds: torpor.Seconds(600),
+			ConnectionIdleSeconds:       torpor.Seconds(30),
+		},
+		Meters: torpor.Counters{Pauses: 1, AutoPaused: 2, Resumes: 3, AutoResumed: 4, Hibernations: 5, AutoHibernated: 6},
 		// CreateSandbox ignores it and starts at 1.
 		Version: 99,
 	}
@@ -274,6 +283,15 @@ func zeroFields(v reflect.Value, path string) []string {
 		}
 		return zeroFields(v.Elem(), path)
 	case reflect.Struct:
+		switch v.Type() {
+		case reflect.TypeFor[torpor.Schedule]():
+			return nil // derived by the engine, never stored
+		case reflect.TypeFor[torpor.OptSeconds]():
+			if !v.Interface().(torpor.OptSeconds).Set {
+				return []string{path}
+			}
+			return nil // its parts are a value, null or absent: Set is what counts
+		}
 		var out []string
 		for i := range v.NumField() {
 			out = append(out, zeroFields(v.Field(i), path+"."+v.Type().Field(i).Name)...)

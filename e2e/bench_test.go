@@ -1,0 +1,280 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/torpor-dev/torpor"
+	"github.com/torpor-dev/torpor/client"
+)
+
+// The benchmarks compare torpor with the bare mechanism it stands on, in the
+// same run: BENCHMARKS.md has the figures and the command. Each reports the
+// median and the 99th percentile of its iterations (run with -benchtime=Nx).
+
+// latencies collects per-iteration durations and reports percentiles.
+type latencies []time.Duration
+
+func (l latencies) report(b *testing.B, prefix string) {
+	if len(l) == 0 {
+		return
+	}
+	s := append(latencies(nil), l...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	pct := func(p float64) float64 {
+		i := int(p * float64(len(s)-1))
+		return float64(s[i].Microseconds()) / 1000
+	}
+	b.ReportMetric(pct(0.5), prefix+"p50-ms")
+	b.ReportMetric(pct(0.99), prefix+"p99-ms")
+}
+
+func benchDaemon(b *testing.B) (*daemon, *client.Client) {
+	b.Helper()
+	needsB(b)
+	d := startDaemon(b, torporBin(b), b.TempDir())
+	return d, d.client(b)
+}
+
+func needsB(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("needs root (runc containers)")
+	}
+	if _, err := exec.LookPath("runc"); err != nil {
+		b.Skip("needs runc (apt-get install runc)")
+	}
+}
+
+// BenchmarkCreate: create-to-running of a base sandbox through the API vs.
+// `runc run -d` of an equivalent bundle (overlay over the same rootfs).
+func BenchmarkCreate(b *testing.B) {
+	b.Run("torpor", func(b *testing.B) {
+		_, cl := benchDaemon(b)
+		ctx := context.Background()
+		var lat latencies
+		for i := 0; i < b.N; i++ {
+			start := time.Now()
+			sb, err := cl.Create(ctx, torpor.CreateRequest{Template: "base"})
+			lat = append(lat, time.Since(start))
+			if err != nil || sb.State != torpor.StateRunning {
+				b.Fatalf("create: %v %v", sb, err)
+			}
+			b.StopTimer()
+			if _, err := cl.Delete(ctx, sb.ID); err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+		}
+		lat.report(b, "")
+	})
+	b.Run("runc-run", func(b *testing.B) {
+		d, _ := benchDaemon(b)
+		rootfs := filepath.Join(d.dataDir, "templates", "base", "rootfs")
+		root := filepath.Join(b.TempDir(), "runc")
+		var lat latencies
+		for i := 0; i < b.N; i++ {
+			b.StopTimer()
+			bundle := filepath.Join(b.TempDir(), "bundle")
+			id := fmt.Sprintf("benchbase%d", i)
+			b.StartTimer()
+			start := time.Now()
+			mustRun(b, "mkdir", "-p", bundle+"/upper", bundle+"/work", bundle+"/rootfs")
+			if err := syscall.Mount("overlay", bundle+"/rootfs", "overlay", 0,
+				"lowerdir="+rootfs+",upperdir="+bundle+"/upper,workdir="+bundle+"/work"); err != nil {
+				b.Fatal(err)
+			}
+			writeBundle(b, bundle, id)
+			cmd := exec.Command("runc", "--root", root, "run", "-d", "-b", bundle, id)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				b.Fatalf("runc run: %v %s", err, out)
+			}
+			lat = append(lat, time.Since(start))
+			b.StopTimer()
+			exec.Command("runc", "--root", root, "delete", "-f", id).Run()
+			syscall.Unmount(bundle+"/rootfs", syscall.MNT_DETACH)
+			b.StartTimer()
+		}
+		lat.report(b, "")
+	})
+}
+
+func mustRun(b *testing.B, name string, args ...string) {
+	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
+		b.Fatalf("%s: %v %s", name, err, out)
+	}
+}
+
+// writeBundle writes a `runc spec` config that runs a sleeping process
+// under a cgroup path of its own.
+func writeBundle(b *testing.B, bundle, id string) {
+	cmd := exec.Command("runc", "spec", "-b", bundle)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		b.Fatalf("runc spec: %v %s", err, out)
+	}
+	path := filepath.Join(bundle, "config.json")
+	data, _ := os.ReadFile(path)
+	var spec map[string]any
+	json.Unmarshal(data, &spec)
+	proc := spec["process"].(map[string]any)
+	proc["terminal"] = false
+	proc["args"] = []string{"sleep", "1000000"}
+	spec["root"] = map[string]any{"path": "rootfs", "readonly": false}
+	spec["linux"].(map[string]any)["cgroupsPath"] = "/torporbench/" + id
+	data, _ = json.Marshal(spec)
+	os.WriteFile(path, data, 0o644)
+}
+
+// freezerState finds a sandbox's freezer state file (cgroup v1) or
+// cgroup.freeze (v2).
+func freezerFile(b *testing.B, id string) (path string, v2 bool) {
+	if m, _ := filepath.Glob("/sys/fs/cgroup/freezer/*/" + id + "/freezer.state"); len(m) == 1 {
+		return m[0], false
+	}
+	if m, _ := filepath.Glob("/sys/fs/cgroup/*/" + id + "/cgroup.freeze"); len(m) == 1 {
+		return m[0], true
+	}
+	b.Fatalf("no freezer for %s", id)
+	return "", false
+}
+
+// BenchmarkPauseResume: one pause and one resume through the API vs. a
+// direct write to the freezer's state file (waiting until it reads FROZEN).
+func BenchmarkPauseResume(b *testing.B) {
+	b.Run("torpor", func(b *testing.B) {
+		_, cl := benchDaemon(b)
+		ctx := context.Background()
+		sb, err := cl.Create(ctx, torpor.CreateRequest{Template: "base"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		var pause, resume latencies
+		for i := 0; i < b.N; i++ {
+			t0 := time.Now()
+			if _, err := cl.Pause(ctx, sb.ID, ""); err != nil {
+				b.Fatal(err)
+			}
+			t1 := time.Now()
+			if _, err := cl.Start(ctx, sb.ID); err != nil {
+				b.Fatal(err)
+			}
+			pause, resume = append(pause, t1.Sub(t0)), append(resume, time.Since(t1))
+		}
+		pause.report(b, "pause-")
+		resume.report(b, "resume-")
+	})
+	b.Run("freezer-write", func(b *testing.B) {
+		_, cl := benchDaemon(b)
+		ctx := context.Background()
+		sb, err := cl.Create(ctx, torpor.CreateRequest{Template: "base"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		path, v2 := freezerFile(b, sb.ID)
+		freeze, thaw, want := "FROZEN", "THAWED", "FROZEN"
+		if v2 {
+			freeze, thaw, want = "1", "0", "1"
+		}
+		var pause, resume latencies
+		for i := 0; i < b.N; i++ {
+			t0 := time.Now()
+			os.WriteFile(path, []byte(freeze), 0)
+			for {
+				data, _ := os.ReadFile(path)
+				if strings.TrimSpace(string(data)) == want {
+					break
+				}
+			}
+			t1 := time.Now()
+			os.WriteFile(path, []byte(thaw), 0)
+			pause, resume = append(pause, t1.Sub(t0)), append(resume, time.Since(t1))
+		}
+		pause.report(b, "pause-")
+		resume.report(b, "resume-")
+	})
+}
+
+// BenchmarkExec: `true` through the API vs. a bare `runc exec`.
+func BenchmarkExec(b *testing.B) {
+	d, cl := benchDaemon(b)
+	ctx := context.Background()
+	sb, err := cl.Create(ctx, torpor.CreateRequest{Template: "base"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("torpor", func(b *testing.B) {
+		var lat latencies
+		for i := 0; i < b.N; i++ {
+			t0 := time.Now()
+			res, err := cl.Exec(ctx, sb.ID, client.ExecRequest{Cmd: []string{"true"}})
+			lat = append(lat, time.Since(t0))
+			if err != nil || res.ExitCode != 0 {
+				b.Fatal(res, err)
+			}
+		}
+		lat.report(b, "")
+	})
+	b.Run("runc-exec", func(b *testing.B) {
+		root := filepath.Join(d.dataDir, "runc", "runc")
+		var lat latencies
+		for i := 0; i < b.N; i++ {
+			t0 := time.Now()
+			if out, err := exec.Command("runc", "--root", root, "exec", sb.ID, "true").CombinedOutput(); err != nil {
+				b.Fatalf("runc exec: %v %s", err, out)
+			}
+			lat = append(lat, time.Since(t0))
+		}
+		lat.report(b, "")
+	})
+}
+
+// BenchmarkIdleMemory: the daemon's resident memory per idle running
+// sandbox, with 200 of them (b.N is ignored beyond the first round).
+func BenchmarkIdleMemory(b *testing.B) {
+	const n = 200
+	d, cl := benchDaemon(b)
+	ctx := context.Background()
+	rss := func() float64 {
+		data, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", d.cmd.Process.Pid))
+		for _, line := range strings.Split(string(data), "\n") {
+			if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+				kb, _ := strconv.ParseFloat(f[1], 64)
+				return kb / 1024
+			}
+		}
+		return 0
+	}
+	// Warm up the daemon's paths with one sandbox before the baseline.
+	warm, err := cl.Create(ctx, torpor.CreateRequest{Template: "base"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	cl.Delete(ctx, warm.ID)
+	time.Sleep(500 * time.Millisecond)
+	before := rss()
+	var ids []string
+	for i := 0; i < n; i++ {
+		sb, err := cl.Create(ctx, torpor.CreateRequest{Template: "base", Resources: &torpor.Resources{MemoryMiB: 64}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ids = append(ids, sb.ID)
+	}
+	time.Sleep(2 * time.Second)
+	after := rss()
+	b.ReportMetric(before, "rss-before-MiB")
+	b.ReportMetric(after, "rss-after-MiB")
+	b.ReportMetric((after-before)/n, "MiB/sandbox")
+	for _, id := range ids {
+		cl.Delete(ctx, id)
+	}
+}

@@ -1,0 +1,155 @@
+package initproc
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// prSetChildSubreaper is PR_SET_CHILD_SUBREAPER of prctl(2).
+const prSetChildSubreaper = 36
+
+// setSubreaper makes the calling process adopt its orphaned descendants.
+func setSubreaper() error {
+	_, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0)
+	if errno != 0 {
+		return errno
+	}
+	return nil
+}
+
+// reaped is an exited child.
+type reaped struct {
+	pid    int
+	status syscall.WaitStatus
+}
+
+// reapAll collects every child that has exited, without blocking. It
+// reports whether no child at all is left.
+func reapAll() (exited []reaped, none bool) {
+	for {
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+		switch {
+		case errors.Is(err, syscall.EINTR):
+			continue
+		case errors.Is(err, syscall.ECHILD):
+			return exited, true
+		case err != nil || pid <= 0:
+			return exited, false
+		}
+		exited = append(exited, reaped{pid, ws})
+	}
+}
+
+// exitCode turns a wait status into a shell-style exit code: the exit
+// status, or 128 plus the signal that killed the process.
+func exitCode(ws syscall.WaitStatus) int {
+	if ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ws.ExitStatus()
+}
+
+// signalName names the signal that killed the process, or "".
+func signalName(ws syscall.WaitStatus) string {
+	if !ws.Signaled() {
+		return ""
+	}
+	return sigName(ws.Signal())
+}
+
+// sigNames are the names of the signals that usually end a process.
+var sigNames = map[syscall.Signal]string{
+	syscall.SIGHUP: "SIGHUP", syscall.SIGINT: "SIGINT", syscall.SIGQUIT: "SIGQUIT",
+	syscall.SIGILL: "SIGILL", syscall.SIGTRAP: "SIGTRAP", syscall.SIGABRT: "SIGABRT",
+	syscall.SIGBUS: "SIGBUS", syscall.SIGFPE: "SIGFPE", syscall.SIGKILL: "SIGKILL",
+	syscall.SIGUSR1: "SIGUSR1", syscall.SIGSEGV: "SIGSEGV", syscall.SIGUSR2: "SIGUSR2",
+	syscall.SIGPIPE: "SIGPIPE", syscall.SIGALRM: "SIGALRM", syscall.SIGTERM: "SIGTERM",
+	syscall.SIGXCPU: "SIGXCPU", syscall.SIGXFSZ: "SIGXFSZ", syscall.SIGSYS: "SIGSYS",
+}
+
+// sigName returns a signal's name, like "SIGKILL".
+func sigName(sig syscall.Signal) string {
+	if name, ok := sigNames[sig]; ok {
+		return name
+	}
+	return "signal " + strconv.Itoa(int(sig))
+}
+
+// killTree kills every descendant of this process and reaps them all. This
+// process must be a child subreaper, so that descendants whose parent died
+// are re-parented to it and stay in reach. It returns the status of the
+// child want if it was among those reaped.
+func killTree(want int) (status syscall.WaitStatus, found bool) {
+	self := os.Getpid()
+	for round := 0; round < 10000; round++ {
+		for _, pid := range descendants(self) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		exited, none := reapAll()
+		for _, r := range exited {
+			if r.pid == want {
+				status, found = r.status, true
+			}
+		}
+		if none {
+			return status, found
+		}
+		if len(exited) == 0 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	return status, found
+}
+
+// descendants lists the pids below root in the process tree, read from /proc.
+func descendants(root int) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	children := make(map[int][]int)
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if ppid, ok := parentPID(pid); ok {
+			children[ppid] = append(children[ppid], pid)
+		}
+	}
+	var out []int
+	queue := []int{root}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		for _, c := range children[p] {
+			out = append(out, c)
+			queue = append(queue, c)
+		}
+	}
+	return out
+}
+
+// parentPID reads the parent pid from /proc/pid/stat.
+func parentPID(pid int) (int, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, false
+	}
+	// pid (comm) state ppid ...; comm may hold spaces and parentheses.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, false
+	}
+	fields := bytes.Fields(b[i+1:])
+	if len(fields) < 2 {
+		return 0, false
+	}
+	ppid, err := strconv.Atoi(string(fields[1]))
+	return ppid, err == nil
+}

@@ -1,0 +1,85 @@
+package lifecycle
+
+import (
+	"time"
+
+	"github.com/torpor-dev/torpor"
+)
+
+// Causes of idle-engine transitions, recorded on events.
+const (
+	CauseIdle     = "idle"
+	CausePlatform = "platform"
+	CauseAuto     = "auto_resume"
+)
+
+// upcomingWindow is how far ahead upcoming_events looks.
+const upcomingWindow = time.Hour
+
+// plan returns what the idle engine will do to sb if nothing else happens,
+// in time order: the first event is the next deadline, the rest follow
+// from it (a pause, then the hibernation of the paused sandbox).
+func plan(sb *torpor.Sandbox, maxPaused time.Duration) []torpor.ScheduledEvent {
+	p := sb.Policy()
+	switch sb.State {
+	case torpor.StateRunning:
+		if p.IdleAction == torpor.ActionNone || p.IdleAfter <= 0 {
+			return nil
+		}
+		at := sb.LastActivityAt.Add(p.IdleAfter)
+		evs := []torpor.ScheduledEvent{{Action: p.IdleAction, At: at, Cause: CauseIdle}}
+		if p.IdleAction == torpor.ActionPause {
+			if next, ok := pausedDeadline(at, p, maxPaused); ok {
+				evs = append(evs, next)
+			}
+		}
+		return evs
+	case torpor.StatePaused:
+		// Only hibernation acts on a paused sandbox: its idle timeout never
+		// deletes it.
+		if next, ok := pausedDeadline(sb.StateSince, p, maxPaused); ok {
+			return []torpor.ScheduledEvent{next}
+		}
+	}
+	return nil
+}
+
+// pausedDeadline is when a sandbox paused at since gets hibernated: by its
+// policy, or by the platform's maximum pause, whichever comes first.
+func pausedDeadline(since time.Time, p torpor.Policy, maxPaused time.Duration) (torpor.ScheduledEvent, bool) {
+	ev, ok := torpor.ScheduledEvent{}, false
+	if p.HibernateAfterPaused > 0 {
+		ev, ok = torpor.ScheduledEvent{Action: torpor.ActionHibernate, At: since.Add(p.HibernateAfterPaused), Cause: CauseIdle}, true
+	}
+	if maxPaused > 0 && (!ok || since.Add(maxPaused).Before(ev.At)) {
+		ev, ok = torpor.ScheduledEvent{Action: torpor.ActionHibernate, At: since.Add(maxPaused), Cause: CausePlatform}, true
+	}
+	return ev, ok
+}
+
+// schedule derives the sandbox's Schedule from its plan.
+func schedule(sb *torpor.Sandbox, maxPaused time.Duration, now time.Time) torpor.Schedule {
+	var s torpor.Schedule
+	s.UpcomingEvents = []torpor.ScheduledEvent{}
+	for _, ev := range plan(sb, maxPaused) {
+		at := ev.At
+		switch ev.Action {
+		case torpor.ActionPause:
+			if s.PauseAt == nil {
+				s.PauseAt = &at
+			}
+		case torpor.ActionHibernate:
+			if s.HibernatesAt == nil {
+				s.HibernatesAt = &at
+			}
+		case torpor.ActionKill:
+			if s.KillAt == nil {
+				s.KillAt = &at
+			}
+		}
+		if !ev.At.After(now.Add(upcomingWindow)) {
+			s.UpcomingEvents = append(s.UpcomingEvents, ev)
+		}
+	}
+	return s
+}

@@ -1,0 +1,238 @@
+package runc
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/torpor-dev/torpor"
+	"github.com/torpor-dev/torpor/initproc"
+)
+
+// readyPoll is how often Boot looks for init's ready report.
+const readyPoll = time.Millisecond
+
+// cleanupTimeout bounds the cleanup after a failed or cancelled boot.
+const cleanupTimeout = 30 * time.Second
+
+// Boot starts a fresh instance on the sandbox's disk: it removes any
+// leftover instance, mounts the overlay, writes the OCI config, runs
+// `runc run -d`, and waits for init to report that setup is done and the
+// entrypoint started. A failed setup leaves a stopped instance (Inspect
+// tells why) and returns an invalid_argument *torpor.Error with Reason
+// torpor.FailureSetup.
+func (r *Runtime) Boot(ctx context.Context, spec torpor.BootSpec) (string, error) {
+	if err := validateBoot(spec); err != nil {
+		return "", err
+	}
+	id := spec.SandboxID
+	defer r.locks.lock(id)()
+
+	if err := r.removeInstance(ctx, id); err != nil {
+		return "", fmt.Errorf("runc: boot %s: remove the previous instance: %w", id, err)
+	}
+	in, err := r.start(ctx, spec)
+	if err == nil {
+		err = r.awaitReady(ctx, id, in)
+	}
+	var te *torpor.Error
+	if err != nil && !errors.As(err, &te) {
+		// Leave no half-started instance behind (a failed setup stays
+		// for Inspect to explain).
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		if cerr := r.removeInstance(cctx, id); cerr != nil {
+			r.log.Warn("runc: cleanup after failed boot", "sandbox", id, "err", cerr)
+		}
+		return "", fmt.Errorf("runc: boot %s: %w", id, err)
+	}
+	if err != nil {
+		return "", err
+	}
+	return in.handle(id), nil
+}
+
+// validateBoot refuses bad input before anything touches the disk.
+func validateBoot(spec torpor.BootSpec) error {
+	if !torpor.ValidID(spec.SandboxID) {
+		return torpor.Invalid("sandbox_id", "invalid sandbox id %q", spec.SandboxID)
+	}
+	lower := spec.Template.RootFS
+	if lower == "" || !filepath.IsAbs(lower) || strings.ContainsAny(lower, ",:\\\x00") {
+		return torpor.Invalid("template", "template %q has no usable root filesystem path", spec.Template.Name)
+	}
+	if fi, err := os.Stat(lower); err != nil || !fi.IsDir() {
+		return torpor.Invalid("template", "root filesystem of template %q is missing", spec.Template.Name)
+	}
+	if spec.Hostname != "" && !validHostname(spec.Hostname) {
+		return torpor.Invalid("hostname", "invalid host name %q", spec.Hostname)
+	}
+	if err := validateEnv("env", spec.Env); err != nil {
+		return err
+	}
+	for _, s := range spec.Setup {
+		if strings.ContainsRune(s, 0) {
+			return torpor.Invalid("setup", "a setup command holds a NUL byte")
+		}
+	}
+	for i, a := range spec.Entrypoint {
+		if strings.ContainsRune(a, 0) || (i == 0 && a == "") {
+			return torpor.Invalid("entrypoint", "invalid entrypoint argument %d", i)
+		}
+	}
+	res := spec.Resources
+	if res.VCPUs < 0 || res.MemoryMiB < 0 || res.Pids < 0 || res.DiskMiB < 0 {
+		return torpor.Invalid("resources", "resources cannot be negative")
+	}
+	if res.MemoryMiB > 0 && res.MemoryMiB < 8 {
+		return torpor.Invalid("resources.memory_mib", "a sandbox needs at least 8 MiB of memory")
+	}
+	return nil
+}
+
+// validateEnv checks environment names and values.
+func validateEnv(param string, env map[string]string) error {
+	for k, v := range env {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+			return torpor.Invalid(param, "invalid environment variable %q", k)
+		}
+	}
+	return nil
+}
+
+func validHostname(h string) bool {
+	if len(h) > 63 {
+		return false
+	}
+	for i := 0; i < len(h); i++ {
+		c := h[i]
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+			(c == '-' || c == '.' || c == '_') && i > 0
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// start prepares the sandbox's directories, mounts its root and runs the
+// container detached.
+func (r *Runtime) start(ctx context.Context, spec torpor.BootSpec) (instance, error) {
+	id := spec.SandboxID
+	for _, d := range []string{r.upperDir(id), r.workDir(id), r.rootfsDir(id)} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return instance{}, err
+		}
+	}
+	// Reports of the previous boot must not be mistaken for this one's.
+	if err := os.RemoveAll(r.runDir(id)); err != nil {
+		return instance{}, err
+	}
+	if err := os.Mkdir(r.runDir(id), 0o755); err != nil {
+		return instance{}, err
+	}
+	if err := mountOverlay(spec.Template.RootFS, r.upperDir(id), r.workDir(id), r.rootfsDir(id)); err != nil {
+		return instance{}, err
+	}
+	config := buildSpec(specInput{
+		Boot:      spec,
+		RootFS:    r.rootfsDir(id),
+		InitPath:  r.initPath,
+		RunDir:    r.runDir(id),
+		Cgroup:    "/" + r.cgroupRel(id),
+		SwapLimit: r.cg.swapLimitable(),
+	})
+	b, err := json.MarshalIndent(config, "", "\t")
+	if err != nil {
+		return instance{}, err
+	}
+	if err := writeFileAtomic(filepath.Join(r.sandboxDir(id), "config.json"), b); err != nil {
+		return instance{}, err
+	}
+	_ = os.Remove(r.pidFile(id))
+	_ = os.Remove(r.runcLog(id))
+
+	// The container's init inherits runc's stdio: /dev/null (exec's
+	// default), never the daemon's own streams or a pipe that `runc run -d`
+	// would keep open. runc's errors go to its log file.
+	cmd := exec.CommandContext(ctx, r.runcPath, "--root", r.runcRoot, "--log", r.runcLog(id),
+		"run", "--detach", "--pid-file", r.pidFile(id), "--bundle", r.sandboxDir(id), id)
+	if err := cmd.Run(); err != nil {
+		return instance{}, fmt.Errorf("runc run: %w: %s", err, readTail(r.runcLog(id), 2048))
+	}
+	pidText, err := os.ReadFile(r.pidFile(id))
+	if err != nil {
+		return instance{}, fmt.Errorf("runc run: no pid file: %w", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(pidText)))
+	if err != nil || pid <= 0 {
+		return instance{}, fmt.Errorf("runc run: bad pid file %q", pidText)
+	}
+	in := instance{PID: pid}
+	if in.Start, _, err = procStat(pid); err != nil {
+		// Exited already; `runc state` still knows it as stopped.
+		in.Start = ^uint64(0)
+	}
+	if err := r.saveInstance(id, in); err != nil {
+		return instance{}, err
+	}
+	return in, nil
+}
+
+// awaitReady polls init's run directory until it reports ready or failure,
+// or its init dies, or ctx ends.
+func (r *Runtime) awaitReady(ctx context.Context, id string, in instance) error {
+	run := r.runDir(id)
+	t := time.NewTicker(readyPoll)
+	defer t.Stop()
+	for {
+		if fi, err := os.Lstat(filepath.Join(run, initproc.ReadyFile)); err == nil && fi.Mode().IsRegular() {
+			return nil
+		}
+		if _, err := os.Lstat(filepath.Join(run, initproc.ResultFile)); err == nil {
+			// Init reports, then exits: let it, so that Inspect agrees.
+			wctx, cancel := context.WithTimeout(ctx, killTimeout)
+			err := in.wait(wctx)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("init reported a failure but did not exit: %w", err)
+			}
+			return r.bootFailure(id)
+		}
+		if !in.alive() {
+			if _, err := os.Lstat(filepath.Join(run, initproc.ReadyFile)); err == nil {
+				return nil // ready, then the entrypoint exited at once
+			}
+			return r.bootFailure(id)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// bootFailure turns init's report of a failed boot into an error.
+func (r *Runtime) bootFailure(id string) error {
+	f := r.failure(id)
+	if f == nil {
+		return errors.New("the sandbox's init stopped during boot")
+	}
+	switch f.Code {
+	case torpor.FailureSetup:
+		return &torpor.Error{Code: torpor.EInvalid, Param: "setup", Reason: torpor.FailureSetup, Message: f.Message}
+	case torpor.FailureEntrypoint:
+		return &torpor.Error{Code: torpor.EInvalid, Param: "entrypoint", Reason: torpor.FailureEntrypoint, Message: f.Message}
+	case torpor.FailureOOM:
+		return &torpor.Error{Code: torpor.EInvalid, Param: "resources.memory_mib", Reason: torpor.FailureOOM, Message: f.Message}
+	}
+	return fmt.Errorf("%s: %s", f.Message, readTail(r.runcLog(id), 2048))
+}

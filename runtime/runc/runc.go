@@ -1,0 +1,275 @@
+// Package runc runs torpor sandboxes as OCI containers through the runc
+// binary.
+//
+// Each sandbox gets a directory under Config.Dir/sandboxes/<id>/ holding
+// its disk (an overlayfs upper and work directory over the template's root
+// filesystem, so sandboxes share the template's files), its OCI bundle and
+// init's run directory. The container's pid 1 is the static torpor binary
+// in init mode (package initproc), bind-mounted read-only; it runs the setup
+// commands and the entrypoint and reports through files in the run
+// directory.
+//
+// Freeze and thaw write the cgroup freezer directly instead of running
+// `runc pause`; runc reads the same files, so `runc state` agrees. Every
+// method works from what is on disk and in /proc, so a new Runtime over the
+// same Dir (after a daemon restart) handles the instances an earlier one
+// booted.
+package runc
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"debug/elf"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+
+	"github.com/torpor-dev/torpor"
+)
+
+// Kind is the runtime's name.
+const Kind = "runc"
+
+// Config configures a Runtime.
+type Config struct {
+	// Dir holds the runtime's state: runc's --root, the sandboxes' bundles
+	// and disks. Required.
+	Dir string
+	// RuncPath is the runc binary; empty: "runc" from PATH.
+	RuncPath string
+	// InitPath is the torpor binary that runs as each sandbox's init. It
+	// must be statically linked (built with CGO_ENABLED=0). Required.
+	InitPath string
+	// CgroupParent is the cgroup under which every sandbox's cgroup is
+	// made, in every hierarchy. List reports every cgroup under it (and
+	// the engine destroys what it does not know), so two runtimes must
+	// never share one. The default, "torpor/" plus a short hash of Dir, is
+	// stable across restarts and unique per Dir.
+	CgroupParent string
+	// Logger receives the runtime's diagnostics; default slog.Default().
+	Logger *slog.Logger
+}
+
+// Runtime is a torpor.Runtime that runs sandboxes in runc containers.
+type Runtime struct {
+	dir      string
+	runcRoot string
+	runcPath string
+	initPath string
+	parent   string
+	cg       *cgroups
+	log      *slog.Logger
+	locks    keyedMutex
+	live     liveSet
+}
+
+var _ torpor.Runtime = (*Runtime)(nil)
+
+var cgroupParentRE = regexp.MustCompile(`^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$`)
+
+// New checks the host (runc, a static init binary, overlayfs, cgroups) and
+// returns a Runtime over cfg.Dir.
+func New(cfg Config) (*Runtime, error) {
+	if cfg.Dir == "" {
+		return nil, errors.New("runc: Config.Dir is required")
+	}
+	dir, err := filepath.Abs(cfg.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("runc: %w", err)
+	}
+	runcPath := cfg.RuncPath
+	if runcPath == "" {
+		runcPath = "runc"
+	}
+	if runcPath, err = exec.LookPath(runcPath); err != nil {
+		return nil, fmt.Errorf("runc: no runc binary (%w): install Debian's runc package (apt-get install runc)", err)
+	}
+	if err := checkStaticInit(cfg.InitPath); err != nil {
+		return nil, err
+	}
+	initPath, err := filepath.Abs(cfg.InitPath)
+	if err != nil {
+		return nil, fmt.Errorf("runc: %w", err)
+	}
+	parent := cfg.CgroupParent
+	if parent == "" {
+		parent = defaultCgroupParent(dir)
+	}
+	if !cgroupParentRE.MatchString(parent) || strings.Contains("/"+parent+"/", "/../") || strings.Contains("/"+parent+"/", "/./") {
+		return nil, fmt.Errorf("runc: bad CgroupParent %q", parent)
+	}
+	if err := checkOverlay(); err != nil {
+		return nil, err
+	}
+	cg, err := detectCgroups()
+	if err != nil {
+		return nil, fmt.Errorf("runc: %w", err)
+	}
+	r := &Runtime{
+		dir:      dir,
+		runcRoot: filepath.Join(dir, "runc"),
+		runcPath: runcPath,
+		initPath: initPath,
+		parent:   parent,
+		cg:       cg,
+		log:      cfg.Logger,
+	}
+	if r.log == nil {
+		r.log = slog.Default()
+	}
+	for _, d := range []string{r.runcRoot, filepath.Join(dir, "sandboxes")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("runc: %w", err)
+		}
+	}
+	return r, nil
+}
+
+// defaultCgroupParent names the cgroup parent of the runtime over dir:
+// under "torpor", one per state directory.
+func defaultCgroupParent(dir string) string {
+	sum := sha256.Sum256([]byte(dir))
+	return "torpor/" + hex.EncodeToString(sum[:4])
+}
+
+// checkStaticInit makes sure the init binary exists and has no program
+// interpreter: it runs inside root filesystems without shared libraries.
+func checkStaticInit(p string) error {
+	if p == "" {
+		return errors.New("runc: Config.InitPath (the static torpor binary) is required")
+	}
+	f, err := elf.Open(p)
+	if err != nil {
+		return fmt.Errorf("runc: init binary: %w", err)
+	}
+	defer f.Close()
+	for _, prog := range f.Progs {
+		if prog.Type == elf.PT_INTERP {
+			return fmt.Errorf("runc: init binary %s is dynamically linked; build torpor with CGO_ENABLED=0", p)
+		}
+	}
+	return nil
+}
+
+func checkOverlay() error {
+	b, err := os.ReadFile("/proc/filesystems")
+	if err != nil {
+		return fmt.Errorf("runc: %w", err)
+	}
+	if !bytes.Contains(b, []byte("\toverlay\n")) {
+		return errors.New("runc: the kernel has no overlay file system (modprobe overlay)")
+	}
+	return nil
+}
+
+// Kind returns "runc".
+func (r *Runtime) Kind() string { return Kind }
+
+// PauseModes returns [freeze]: the cgroup freezer keeps memory resident.
+func (r *Runtime) PauseModes() []torpor.PauseMode { return []torpor.PauseMode{torpor.PauseFreeze} }
+
+// sandboxDir is the directory of everything the runtime keeps for a
+// sandbox: its OCI bundle (config.json), disk (upper, work), root mount
+// (rootfs), init's run directory (run) and instance record.
+func (r *Runtime) sandboxDir(id string) string { return filepath.Join(r.dir, "sandboxes", id) }
+
+func (r *Runtime) sandboxPath(id, name string) string { return filepath.Join(r.sandboxDir(id), name) }
+
+func (r *Runtime) upperDir(id string) string     { return r.sandboxPath(id, "upper") }
+func (r *Runtime) workDir(id string) string      { return r.sandboxPath(id, "work") }
+func (r *Runtime) rootfsDir(id string) string    { return r.sandboxPath(id, "rootfs") }
+func (r *Runtime) runDir(id string) string       { return r.sandboxPath(id, "run") }
+func (r *Runtime) instanceFile(id string) string { return r.sandboxPath(id, "instance.json") }
+func (r *Runtime) pidFile(id string) string      { return r.sandboxPath(id, "init.pid") }
+func (r *Runtime) runcLog(id string) string      { return r.sandboxPath(id, "runc.log") }
+
+// runcState is runc's state directory of the sandbox's container.
+func (r *Runtime) runcState(id string) string { return filepath.Join(r.runcRoot, id) }
+
+// cgroupRel is the sandbox's cgroup, relative to each hierarchy's root.
+func (r *Runtime) cgroupRel(id string) string { return r.parent + "/" + id }
+
+func (r *Runtime) diskExists(id string) bool {
+	_, err := os.Stat(r.upperDir(id))
+	return err == nil
+}
+
+// checkRef validates the sandbox id (before it reaches any path) and the
+// handle.
+func checkRef(ref torpor.InstanceRef) (string, error) {
+	if !torpor.ValidID(ref.SandboxID) {
+		return "", torpor.Invalid("sandbox_id", "invalid sandbox id %q", ref.SandboxID)
+	}
+	if err := parseHandle(ref.SandboxID, ref.Handle); err != nil {
+		return "", err
+	}
+	return ref.SandboxID, nil
+}
+
+// List returns the ids of the sandboxes that have a directory, a runc
+// container or a cgroup under the parent.
+func (r *Runtime) List(ctx context.Context) ([]string, error) {
+	seen := map[string]bool{}
+	for _, d := range []string{filepath.Join(r.dir, "sandboxes"), r.runcRoot} {
+		entries, err := os.ReadDir(d)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("runc: list: %w", err)
+		}
+		for _, e := range entries {
+			if e.IsDir() {
+				seen[e.Name()] = true
+			}
+		}
+	}
+	for _, name := range r.cg.children(r.parent) {
+		seen[name] = true
+	}
+	ids := make([]string, 0, len(seen))
+	for id := range seen {
+		if torpor.ValidID(id) {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	return ids, nil
+}
+
+// runc runs a runc command under the runtime's root and returns its
+// output; runc's message is in the error when it fails.
+func (r *Runtime) runc(ctx context.Context, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, r.runcPath, append([]string{"--root", r.runcRoot}, args...)...)
+	var out bytes.Buffer
+	cmd.Stdout = &limitedBuffer{buf: &out, max: 1 << 20}
+	var stderr bytes.Buffer
+	cmd.Stderr = &limitedBuffer{buf: &stderr, max: 64 << 10}
+	if err := cmd.Run(); err != nil {
+		return out.Bytes(), fmt.Errorf("runc %s: %w: %s", args[0], err, strings.TrimSpace(stderr.String()))
+	}
+	return out.Bytes(), nil
+}
+
+// limitedBuffer keeps the first max bytes written to it and drops the rest.
+type limitedBuffer struct {
+	buf *bytes.Buffer
+	max int
+}
+
+func (b *limitedBuffer) Write(p []byte) (int, error) {
+	if room := b.max - b.buf.Len(); room > 0 {
+		if len(p) > room {
+			b.buf.Write(p[:room])
+		} else {
+			b.buf.Write(p)
+		}
+	}
+	return len(p), nil
+}

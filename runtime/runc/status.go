@@ -1,0 +1,165 @@
+package runc
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/torpor-dev/torpor"
+	"github.com/torpor-dev/torpor/initproc"
+)
+
+// Inspect tells whether the instance runs, is frozen, has stopped (and
+// why) or is missing.
+func (r *Runtime) Inspect(ctx context.Context, ref torpor.InstanceRef) (torpor.InstanceStatus, error) {
+	id, err := checkRef(ref)
+	if err != nil {
+		return torpor.InstanceStatus{}, err
+	}
+	st, _, err := r.inspect(ctx, id)
+	return st, err
+}
+
+// inspect returns the status and the instance record (nil when missing).
+func (r *Runtime) inspect(ctx context.Context, id string) (torpor.InstanceStatus, *instance, error) {
+	st := torpor.InstanceStatus{State: torpor.InstanceMissing, DiskExists: r.diskExists(id)}
+	in, alive, err := r.lookup(ctx, id)
+	if err != nil {
+		return st, nil, fmt.Errorf("runc: inspect %s: %w", id, err)
+	}
+	if in == nil {
+		return st, nil, nil
+	}
+	if !alive {
+		st.State = torpor.InstanceStopped
+		st.Failure = r.failure(id)
+		return st, in, nil
+	}
+	frozen, err := r.cg.frozen(r.cgroupRel(id))
+	if err != nil {
+		return st, in, fmt.Errorf("runc: inspect %s: freezer: %w", id, err)
+	}
+	st.State = torpor.InstanceRunning
+	if frozen {
+		st.State = torpor.InstanceFrozen
+	}
+	return st, in, nil
+}
+
+// findInstance returns the instance record, or, when a crash came between
+// `runc run` and the record, rebuilds it from `runc state`.
+func (r *Runtime) findInstance(ctx context.Context, id string) (*instance, error) {
+	in, err := r.loadInstance(id)
+	if in != nil || err != nil {
+		return in, err
+	}
+	if _, err := os.Stat(r.runcState(id)); err != nil {
+		return nil, nil
+	}
+	out, err := r.runc(ctx, "state", id)
+	if err != nil {
+		return nil, nil // gone meanwhile, or never created
+	}
+	var s struct {
+		Pid int `json:"pid"`
+	}
+	if err := json.Unmarshal(out, &s); err != nil || s.Pid <= 0 {
+		return nil, nil
+	}
+	start, _, err := procStat(s.Pid)
+	if err != nil {
+		// Its init is gone: a stopped container of unknown start time.
+		return &instance{PID: s.Pid, Start: ^uint64(0)}, nil
+	}
+	return &instance{PID: s.Pid, Start: start}, nil
+}
+
+// failure says why a stopped instance stopped, from init's report and the
+// memory cgroup's OOM counter. The report comes from inside the sandbox and
+// is read defensively.
+func (r *Runtime) failure(id string) *torpor.Failure {
+	var res initproc.Result
+	ok, err := initproc.ReadReport(r.runDir(id), initproc.ResultFile, &res)
+	ooms := r.cg.oomKills(r.cgroupRel(id))
+	code := res.ExitCode
+	switch {
+	case err != nil:
+		return &torpor.Failure{Code: torpor.FailureRuntime, Message: "unreadable init report: " + err.Error()}
+	case ok && res.Kind == torpor.FailureSetup:
+		msg := res.Message
+		if ooms > 0 {
+			msg += " (the sandbox ran out of memory)"
+		}
+		return &torpor.Failure{Code: torpor.FailureSetup, Message: withOutput(msg, res.Output), ExitCode: &code}
+	case ok && res.Kind == torpor.FailureEntrypoint:
+		if ooms > 0 && (res.ExitCode != 0 || res.Signal != "") {
+			return &torpor.Failure{Code: torpor.FailureOOM, ExitCode: &code,
+				Message: "the sandbox ran out of memory: " + cleanText(res.Message, 512)}
+		}
+		return &torpor.Failure{Code: torpor.FailureEntrypoint, Message: withOutput(res.Message, res.Output), ExitCode: &code}
+	case ok && res.Kind == initproc.KindTerminated:
+		// Init itself stands for the entrypoint of an idle sandbox.
+		return &torpor.Failure{Code: torpor.FailureEntrypoint, Message: cleanText(res.Message, 1024), ExitCode: &code}
+	case ooms > 0:
+		return &torpor.Failure{Code: torpor.FailureOOM, Message: "the sandbox ran out of memory and its init was killed"}
+	case ok:
+		return &torpor.Failure{Code: torpor.FailureRuntime, Message: "init failed: " + cleanText(res.Message, 1024)}
+	}
+	return &torpor.Failure{Code: torpor.FailureRuntime, Message: "the sandbox's init exited without a report"}
+}
+
+// withOutput appends the tail of a command's output to msg.
+func withOutput(msg, output string) string {
+	msg = cleanText(msg, 1024)
+	if output = cleanText(output, 2048); output != "" {
+		msg += "; output:\n" + output
+	}
+	return msg
+}
+
+// cleanText clips text from the sandbox to its last max bytes of valid UTF-8.
+func cleanText(s string, max int) string {
+	if len(s) > max {
+		s = s[len(s)-max:]
+		for len(s) > 0 && !utf8.RuneStart(s[0]) {
+			s = s[1:]
+		}
+	}
+	return strings.ToValidUTF8(s, "\uFFFD")
+}
+
+// Wait blocks until the instance's init exits (or ctx ends) and returns
+// the status as Inspect would.
+func (r *Runtime) Wait(ctx context.Context, ref torpor.InstanceRef) (torpor.InstanceStatus, error) {
+	id, err := checkRef(ref)
+	if err != nil {
+		return torpor.InstanceStatus{}, err
+	}
+	for {
+		st, in, err := r.inspect(ctx, id)
+		if err != nil || (st.State != torpor.InstanceRunning && st.State != torpor.InstanceFrozen) {
+			return st, err
+		}
+		if err := in.wait(ctx); err != nil {
+			return st, err
+		}
+	}
+}
+
+// readTail returns the last max bytes of a file ("" if unreadable).
+func readTail(name string, max int64) string {
+	f, err := os.Open(name)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err == nil && fi.Size() > max {
+		_, _ = f.Seek(-max, io.SeekEnd)
+	}
+	b, _ := io.ReadAll(io.LimitReader(f, max))
+	return strings.TrimSpace(cleanText(string(b), int(max)))
+}

@@ -1,0 +1,147 @@
+package runc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/torpor-dev/torpor"
+)
+
+// killTimeout bounds the wait for a killed init to exit.
+const killTimeout = 10 * time.Second
+
+// Stop ends the instance's processes and removes the container, keeping the
+// sandbox's disk. Stopping a missing instance succeeds.
+func (r *Runtime) Stop(ctx context.Context, ref torpor.InstanceRef) error {
+	id, err := checkRef(ref)
+	if err != nil {
+		return err
+	}
+	defer r.locks.lock(id)()
+	if err := r.removeInstance(ctx, id); err != nil {
+		return fmt.Errorf("runc: stop %s: %w", id, err)
+	}
+	return nil
+}
+
+// Destroy ends the instance and removes everything of the sandbox: its
+// disk, bundle, run directory, cgroups and mounts. Destroying a missing
+// sandbox succeeds.
+func (r *Runtime) Destroy(ctx context.Context, ref torpor.InstanceRef) error {
+	id, err := checkRef(ref)
+	if err != nil {
+		return err
+	}
+	defer r.locks.lock(id)()
+	if err := r.removeInstance(ctx, id); err != nil {
+		return fmt.Errorf("runc: destroy %s: %w", id, err)
+	}
+	if mounted(r.rootfsDir(id)) {
+		return fmt.Errorf("runc: destroy %s: %s is still mounted", id, r.rootfsDir(id))
+	}
+	if err := os.RemoveAll(r.sandboxDir(id)); err != nil {
+		return fmt.Errorf("runc: destroy %s: %w", id, err)
+	}
+	return nil
+}
+
+// removeInstance kills the instance (thawing it first: a frozen process
+// cannot die), deletes the runc container and its cgroups, and unmounts the
+// root. The disk stays. Each step tolerates what is already gone, so this
+// is safe after any crash.
+func (r *Runtime) removeInstance(ctx context.Context, id string) error {
+	rel := r.cgroupRel(id)
+	if frozen, err := r.cg.frozen(rel); err == nil && frozen {
+		if err := r.cg.thaw(ctx, rel); err != nil {
+			return fmt.Errorf("thaw: %w", err)
+		}
+	}
+	in, err := r.findInstance(ctx, id)
+	if err != nil {
+		return err
+	}
+	if in != nil {
+		if err := in.signal(syscall.SIGKILL); err != nil && !errors.Is(err, errGone) {
+			return fmt.Errorf("kill init: %w", err)
+		}
+		wctx, cancel := context.WithTimeout(ctx, killTimeout)
+		err := in.wait(wctx)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("wait for init to exit: %w", err)
+		}
+	}
+	if _, err := os.Stat(r.runcState(id)); err == nil {
+		if _, err := r.runc(ctx, "delete", "--force", id); err != nil {
+			if _, statErr := os.Stat(r.runcState(id)); statErr == nil {
+				return err
+			}
+		}
+	}
+	if err := r.cg.remove(ctx, rel); err != nil {
+		return err
+	}
+	if err := unmountAll(r.rootfsDir(id)); err != nil {
+		return err
+	}
+	r.live.drop(id)
+	for _, f := range []string{r.instanceFile(id), r.pidFile(id)} {
+		if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
+}
+
+// mountOverlay mounts an overlay of the read-only lower directory and the
+// sandbox's upper directory at target.
+func mountOverlay(lower, upper, work, target string) error {
+	if mounted(target) {
+		if err := unmountAll(target); err != nil {
+			return err
+		}
+	}
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", lower, upper, work)
+	if err := unix.Mount("overlay", target, "overlay", unix.MS_NODEV, opts); err != nil {
+		return fmt.Errorf("mount overlay on %s: %w", target, err)
+	}
+	return nil
+}
+
+// unmountAll unmounts whatever is mounted at target (detaching it when
+// busy). Nothing mounted is fine.
+func unmountAll(target string) error {
+	for i := 0; i < 16; i++ {
+		err := unix.Unmount(target, 0)
+		if errors.Is(err, unix.EBUSY) {
+			err = unix.Unmount(target, unix.MNT_DETACH)
+		}
+		switch {
+		case err == nil:
+			continue
+		case errors.Is(err, unix.EINVAL), errors.Is(err, unix.ENOENT):
+			return nil // not a mount point (any more)
+		default:
+			return fmt.Errorf("unmount %s: %w", target, err)
+		}
+	}
+	return fmt.Errorf("unmount %s: still mounted", target)
+}
+
+// mounted reports whether dir is a mount point (its device differs from
+// its parent's).
+func mounted(dir string) bool {
+	var st, parent unix.Stat_t
+	if unix.Lstat(dir, &st) != nil || unix.Lstat(filepath.Dir(dir), &parent) != nil {
+		return false
+	}
+	return st.Dev != parent.Dev
+}
