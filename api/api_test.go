@@ -378,4 +378,3 @@ func FuzzCreateBody(f *testing.F) {
 		}
 	})
 }
-

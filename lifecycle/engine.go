@@ -71,13 +71,13 @@ func New(cfg Config) (*Engine, error) {
 		return nil, errors.New("lifecycle: a store and at least one runtime are required")
 	}
 	e := &Engine{
-		store:    cfg.Store,
-		runtimes: map[string]torpor.Runtime{},
-		defKind:  cfg.DefaultRuntime,
-		clock:    cfg.Clock,
-		log:      cfg.Logger,
-		limits:   cfg.Limits,
-		fail:     cfg.Failpoint,
+		store:     cfg.Store,
+		runtimes:  map[string]torpor.Runtime{},
+		defKind:   cfg.DefaultRuntime,
+		clock:     cfg.Clock,
+		log:       cfg.Logger,
+		limits:    cfg.Limits,
+		fail:      cfg.Failpoint,
 		locks:     newKeyedMutex(),
 		watchers:  map[string]*watcher{},
 		ledger:    newLedger(cfg.Capacity),

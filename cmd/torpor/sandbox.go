@@ -82,8 +82,8 @@ func (c *cli) createCmd() *cobra.Command {
 // turns a rule off (null in the API).
 type policyFlags struct {
 	timeout, pauseAfter, hibernateAfter, connIdle int64
-	onTimeout                                      string
-	autoResume                                     bool
+	onTimeout                                     string
+	autoResume                                    bool
 }
 
 func (p *policyFlags) add(cmd *cobra.Command) {
