@@ -174,7 +174,9 @@ func TestSandboxJSONHidesEnvAndHandle(t *testing.T) {
 
 func TestExecJSONAndStream(t *testing.T) {
 	f := newFixture(t)
-	sb, _ := f.tenantCl.Create(ctx, torpor.CreateRequest{Template: "base"})
+	off := false
+	sb, _ := f.tenantCl.Create(ctx, torpor.CreateRequest{Template: "base",
+		PolicyRequest: torpor.PolicyRequest{Lifecycle: &torpor.Lifecycle{AutoResume: &off}}})
 	res, err := f.tenantCl.Exec(ctx, sb.ID, client.ExecRequest{Cmd: []string{"echo", "hi"}})
 	if err != nil || res.ExitCode != 3 || res.Stdout != "echo hi\n" || res.Stderr != "err\n" {
 		t.Fatalf("exec: %+v %v", res, err)
@@ -377,4 +379,49 @@ func FuzzCreateBody(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestPolicyThroughTheAPI(t *testing.T) {
+	f := newFixture(t)
+	body := `{"template":"base","timeout":600,"lifecycle":{"on_timeout":"pause","auto_resume":false},"lifecycle_policy":{"hibernate_after_paused_seconds":3600}}`
+	status, eb := f.raw(t, "POST", "/v1/sandboxes", f.acmeKey, "application/json", body)
+	if status != 201 {
+		t.Fatalf("create with a policy: %d %+v", status, eb)
+	}
+	list, _ := f.tenantCl.List(ctx, client.ListOptions{})
+	sb := list[0]
+	p := sb.Policy()
+	if p.IdleAction != torpor.ActionPause || p.IdleAfter != 10*time.Minute || p.HibernateAfterPaused != time.Hour || p.AutoResume {
+		t.Fatalf("policy %+v", p)
+	}
+	if sb.PauseAt == nil || sb.HibernatesAt == nil || len(sb.UpcomingEvents) != 1 {
+		t.Fatalf("schedule %+v", sb.Schedule)
+	}
+	// null turns a rule off; absent fields stay.
+	status, eb = f.raw(t, "PATCH", "/v1/sandboxes/"+sb.ID, f.acmeKey, "application/json", `{"timeout":null}`)
+	if status != 200 {
+		t.Fatalf("patch: %d %+v", status, eb)
+	}
+	got, _ := f.tenantCl.Get(ctx, sb.ID)
+	if got.Timeout.On() || got.PauseAt != nil || got.Policy().HibernateAfterPaused != time.Hour {
+		t.Fatalf("after PATCH timeout=null: %+v %+v", got.Timeout, got.Policy())
+	}
+	for _, c := range []struct{ body, param string }{
+		{`{"timeout":-1}`, "timeout"},
+		{`{"timeout":"soon"}`, "timeout"},
+		{`{"lifecycle_policy":{"pause_after_idle_seconds":99999999999}}`, "lifecycle_policy.pause_after_idle_seconds"},
+		{`{"lifecycle":{"on_timeout":"pause"}}`, "lifecycle.on_timeout"},
+		{`{"lifecycle_policy":{"nap_seconds":5}}`, "nap_seconds"},
+	} {
+		status, eb := f.raw(t, "PATCH", "/v1/sandboxes/"+sb.ID, f.acmeKey, "application/json", c.body)
+		if status != 400 || eb.Error.Param != c.param {
+			t.Errorf("PATCH %s: %d %+v, want 400 on %s", c.body, status, eb.Error, c.param)
+		}
+	}
+	// With auto_resume off, an exec on a paused sandbox is 409 reason paused.
+	f.tenantCl.Pause(ctx, sb.ID, "")
+	status, eb = f.raw(t, "POST", "/v1/sandboxes/"+sb.ID+"/exec", f.acmeKey, "application/json", `{"cmd":["true"]}`)
+	if status != 409 || eb.Error.Reason != "paused" || !strings.Contains(eb.Error.Message, "connect") {
+		t.Fatalf("exec on paused with auto_resume off: %d %+v", status, eb.Error)
+	}
 }

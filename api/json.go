@@ -56,7 +56,7 @@ func jsonError(err error) error {
 	var syntaxErr *json.SyntaxError
 	switch {
 	case errors.As(err, &typeErr):
-		field := typeErr.Field
+		field := jsonPath(typeErr.Field)
 		if field == "" {
 			field = "body"
 		}
@@ -70,6 +70,18 @@ func jsonError(err error) error {
 		return torpor.Invalid("body", "truncated JSON")
 	}
 	return torpor.Invalid("body", "malformed JSON")
+}
+
+// jsonPath drops the names of embedded Go structs (capitalized) from a
+// decoder's field path, leaving the JSON names a caller sent.
+func jsonPath(p string) string {
+	var keep []string
+	for _, part := range strings.Split(p, ".") {
+		if part != "" && !(part[0] >= 'A' && part[0] <= 'Z') {
+			keep = append(keep, part)
+		}
+	}
+	return strings.Join(keep, ".")
 }
 
 func jsonKind(k string) string {

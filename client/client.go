@@ -23,10 +23,27 @@ import (
 
 // Client talks to one torpor daemon.
 type Client struct {
-	base *url.URL
-	key  string
-	http *http.Client
+	base  *url.URL
+	key   string
+	http  *http.Client
+	retry RetryPolicy
 }
+
+// RetryPolicy says how the client retries a request that the server
+// refused because the node is full (409 with reason "capacity"): such a
+// refusal changed nothing, so sending the request again is safe.
+type RetryPolicy struct {
+	// Attempts is how many times a request is sent in all (1: no retry).
+	Attempts int
+	// MaxWait caps one wait; waits start at the server's Retry-After (or a
+	// second) and double.
+	MaxWait time.Duration
+	// OnRetry, when set, is told of each retry before its wait.
+	OnRetry func(err error, attempt int, wait time.Duration)
+}
+
+// DefaultRetry retries a full node five times over about half a minute.
+var DefaultRetry = RetryPolicy{Attempts: 6, MaxWait: 10 * time.Second}
 
 // New returns a client for the daemon at baseURL (e.g.
 // "http://127.0.0.1:7070") authenticating with apiKey.
@@ -35,7 +52,20 @@ func New(baseURL, apiKey string) (*Client, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("client: %q is not an http(s) URL", baseURL)
 	}
-	return &Client{base: u, key: strings.TrimSpace(apiKey), http: &http.Client{}}, nil
+	return &Client{base: u, key: strings.TrimSpace(apiKey), http: &http.Client{}, retry: DefaultRetry}, nil
+}
+
+// WithRetry returns a copy of c that retries capacity refusals by p.
+func (c *Client) WithRetry(p RetryPolicy) *Client {
+	cp := *c
+	cp.retry = p
+	return &cp
+}
+
+// IsCapacity reports whether err is a refusal because the node is full.
+func IsCapacity(err error) bool {
+	var te *torpor.Error
+	return errors.As(err, &te) && te.Code == torpor.EConflict && te.Reason == "capacity"
 }
 
 // WithHTTPClient returns a copy of c that uses hc.
@@ -74,8 +104,36 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 	return nil
 }
 
-// send performs a request and turns an error status into *torpor.Error.
+// send performs a request, retrying capacity refusals by the client's
+// retry policy.
 func (c *Client) send(ctx context.Context, method, path string, query url.Values, body any, accept string) (*http.Response, error) {
+	for attempt := 1; ; attempt++ {
+		resp, err := c.sendOnce(ctx, method, path, query, body, accept)
+		if err == nil || !IsCapacity(err) || attempt >= c.retry.Attempts {
+			return resp, err
+		}
+		wait := time.Second
+		var te *torpor.Error
+		if errors.As(err, &te) && te.RetryAfter > 0 {
+			wait = te.RetryAfter
+		}
+		wait <<= attempt - 1
+		if c.retry.MaxWait > 0 && wait > c.retry.MaxWait {
+			wait = c.retry.MaxWait
+		}
+		if c.retry.OnRetry != nil {
+			c.retry.OnRetry(err, attempt, wait)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(wait):
+		}
+	}
+}
+
+// sendOnce performs a request and turns an error status into *torpor.Error.
+func (c *Client) sendOnce(ctx context.Context, method, path string, query url.Values, body any, accept string) (*http.Response, error) {
 	u := *c.base
 	u.Path = c.base.Path + path
 	u.RawQuery = query.Encode()

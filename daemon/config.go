@@ -13,6 +13,8 @@ import (
 
 	"github.com/BurntSushi/toml"
 	"github.com/spf13/pflag"
+
+	"github.com/torpor-dev/torpor"
 )
 
 // Config is every setting of `torpor serve`. Each has a default, a key in
@@ -33,6 +35,14 @@ type Config struct {
 	MaxMemoryMiB     int64   `toml:"max_memory_mib"`
 	MaxPids          int64   `toml:"max_pids"`
 	MaxDiskMiB       int64   `toml:"max_disk_mib"`
+	// Capacity of the node (0: from the machine) and the idle engine.
+	CapacityVCPUs               float64 `toml:"capacity_vcpus"`
+	CapacityMemoryMiB           int64   `toml:"capacity_memory_mib"`
+	PausedResourceReleaseRatio  float64 `toml:"paused_resource_release_ratio"`
+	MaxPausedSeconds            int64   `toml:"max_paused_seconds"`
+	DefaultPauseAfterIdle       int64   `toml:"default_pause_after_idle_seconds"`
+	DefaultHibernateAfterPaused int64   `toml:"default_hibernate_after_paused_seconds"`
+	DefaultConnectionIdle       int64   `toml:"default_connection_idle_seconds"`
 }
 
 // setting describes one Config field for the file, env and flag layers.
@@ -57,6 +67,13 @@ func (c *Config) settings() []setting {
 		{"max_memory_mib", "most memory one sandbox may have", &c.MaxMemoryMiB},
 		{"max_pids", "most processes one sandbox may have", &c.MaxPids},
 		{"max_disk_mib", "most disk one sandbox may have", &c.MaxDiskMiB},
+		{"capacity_vcpus", "vCPUs the node lends to running and paused sandboxes (0: 4 per core of the machine)", &c.CapacityVCPUs},
+		{"capacity_memory_mib", "memory the node lends to running and paused sandboxes (0: the machine's memory)", &c.CapacityMemoryMiB},
+		{"paused_resource_release_ratio", "fraction (0..1) of a paused sandbox's resources given back to the node", &c.PausedResourceReleaseRatio},
+		{"max_paused_seconds", "hibernate a sandbox paused this long, on the platform's terms (0: never)", &c.MaxPausedSeconds},
+		{"default_pause_after_idle_seconds", "pause_after_idle_seconds of a sandbox that sets no idle policy (0: off)", &c.DefaultPauseAfterIdle},
+		{"default_hibernate_after_paused_seconds", "hibernate_after_paused_seconds of a sandbox that sets none (0: off)", &c.DefaultHibernateAfterPaused},
+		{"default_connection_idle_seconds", "connection_idle_seconds of a sandbox that sets none (0: off)", &c.DefaultConnectionIdle},
 	}
 }
 
@@ -93,6 +110,9 @@ func DefaultConfig() Config {
 		MaxMemoryMiB:     256 * 1024,
 		MaxPids:          1 << 20,
 		MaxDiskMiB:       4 << 20,
+		MaxPausedSeconds: 8 * 3600,
+		// connection_idle_seconds as in spec 003's example.
+		DefaultConnectionIdle: 300,
 	}
 }
 
@@ -189,6 +209,21 @@ func (c Config) validate() error {
 	case "debug", "info", "warn", "error":
 	default:
 		return fmt.Errorf("log_level must be debug, info, warn or error, got %q", c.LogLevel)
+	}
+	if c.PausedResourceReleaseRatio < 0 || c.PausedResourceReleaseRatio > 1 {
+		return fmt.Errorf("paused_resource_release_ratio must be between 0 and 1, got %v", c.PausedResourceReleaseRatio)
+	}
+	for _, v := range []struct {
+		name string
+		n    int64
+	}{{"max_paused_seconds", c.MaxPausedSeconds}, {"default_pause_after_idle_seconds", c.DefaultPauseAfterIdle},
+		{"default_hibernate_after_paused_seconds", c.DefaultHibernateAfterPaused}, {"default_connection_idle_seconds", c.DefaultConnectionIdle}} {
+		if v.n < 0 || v.n > torpor.MaxPolicySeconds {
+			return fmt.Errorf("%s must be between 0 (off) and %d, got %d", v.name, torpor.MaxPolicySeconds, v.n)
+		}
+	}
+	if c.CapacityVCPUs < 0 || c.CapacityMemoryMiB < 0 {
+		return errors.New("capacity_vcpus and capacity_memory_mib must not be negative")
 	}
 	if c.DefaultVCPUs <= 0 || c.DefaultVCPUs > c.MaxVCPUs || c.DefaultMemoryMiB <= 0 || c.DefaultMemoryMiB > c.MaxMemoryMiB ||
 		c.DefaultPids <= 0 || c.DefaultPids > c.MaxPids || c.DefaultDiskMiB <= 0 || c.DefaultDiskMiB > c.MaxDiskMiB {

@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -84,6 +86,9 @@ func Run(ctx context.Context, cfg Config, opt Options) error {
 		DefaultRuntime: cfg.Runtime,
 		Logger:         log,
 		Limits:         cfg.limits(),
+		Capacity:       cfg.capacity(),
+		MaxPaused:      time.Duration(cfg.MaxPausedSeconds) * time.Second,
+		DefaultPolicy:  cfg.defaultPolicy(),
 		Failpoint:      failpoint(opt.Getenv(FailpointEnv), log),
 	})
 	if err != nil {
@@ -143,6 +148,50 @@ func (c Config) limits() torpor.Limits {
 	return torpor.Limits{
 		Default: torpor.Resources{VCPUs: c.DefaultVCPUs, MemoryMiB: c.DefaultMemoryMiB, Pids: c.DefaultPids, DiskMiB: c.DefaultDiskMiB},
 		Max:     torpor.Resources{VCPUs: c.MaxVCPUs, MemoryMiB: c.MaxMemoryMiB, Pids: c.MaxPids, DiskMiB: c.MaxDiskMiB},
+	}
+}
+
+// vcpuOvercommit is how many sandbox vCPUs one core lends by default:
+// sandboxes mostly wait, and frozen ones use none.
+const vcpuOvercommit = 4
+
+func (c Config) capacity() lifecycle.Capacity {
+	cp := lifecycle.Capacity{VCPUs: c.CapacityVCPUs, MemoryMiB: c.CapacityMemoryMiB, PausedReleaseRatio: c.PausedResourceReleaseRatio}
+	if cp.VCPUs == 0 {
+		cp.VCPUs = float64(goruntime.NumCPU() * vcpuOvercommit)
+	}
+	if cp.MemoryMiB == 0 {
+		cp.MemoryMiB = machineMemoryMiB()
+	}
+	return cp
+}
+
+// machineMemoryMiB reads MemTotal (0, unlimited, when it cannot).
+func machineMemoryMiB() int64 {
+	data, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemTotal:" {
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+func (c Config) defaultPolicy() torpor.LifecyclePolicy {
+	secs := func(n int64) torpor.OptSeconds {
+		if n == 0 {
+			return torpor.Off()
+		}
+		return torpor.Seconds(n)
+	}
+	return torpor.LifecyclePolicy{
+		PauseAfterIdleSeconds:       secs(c.DefaultPauseAfterIdle),
+		HibernateAfterPausedSeconds: secs(c.DefaultHibernateAfterPaused),
+		ConnectionIdleSeconds:       secs(c.DefaultConnectionIdle),
 	}
 }
 

@@ -286,9 +286,14 @@ func (e *Engine) Exec(ctx context.Context, tenant, id string, req torpor.ExecReq
 	if err != nil {
 		return torpor.ExecResult{}, err
 	}
-	defer e.done(tenant, id)
+	defer e.done(tenant, id, e.now())
 	return rt.Exec(ctx, ref(sb), req)
 }
+
+// activityResolution is how long an operation must last before its end is
+// recorded as activity apart from its start: shorter ones cost no second
+// write.
+const activityResolution = time.Second
 
 // operate prepares an operation on a sandbox (exec, files, code): it wakes
 // the sandbox if it sleeps and its policy allows, records the activity,
@@ -313,13 +318,17 @@ func (e *Engine) operate(ctx context.Context, tenant, id, what string, fn func(s
 	})
 }
 
-// done ends an operation begun with operate and records the activity.
-func (e *Engine) done(tenant, id string) {
+// done ends an operation begun with operate at started and records the
+// activity.
+func (e *Engine) done(tenant, id string, started time.Time) {
 	e.busyMu.Lock()
 	if e.busy[id]--; e.busy[id] <= 0 {
 		delete(e.busy, id)
 	}
 	e.busyMu.Unlock()
+	if e.now().Sub(started) < activityResolution {
+		return
+	}
 	_, _ = e.withSandbox(e.bg, tenant, id, func(sb *torpor.Sandbox) error {
 		if sb.State != torpor.StateRunning {
 			return nil

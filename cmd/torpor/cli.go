@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -65,7 +66,15 @@ func (c *cli) client() (*client.Client, error) {
 		}
 		key = strings.TrimSpace(string(data))
 	}
-	return client.New(url, key)
+	cl, err := client.New(url, key)
+	if err != nil {
+		return nil, err
+	}
+	p := client.DefaultRetry
+	p.OnRetry = func(err error, attempt int, wait time.Duration) {
+		fmt.Fprintf(c.stderr, "torpor: the node is full; retrying in %s (attempt %d of %d)\n", wait, attempt+1, p.Attempts)
+	}
+	return cl.WithRetry(p), nil
 }
 
 func firstNonEmpty(vs ...string) string {
