@@ -99,3 +99,16 @@ type ExecResult struct {
 	ExitCode int  `json:"exit_code"`
 	TimedOut bool `json:"timed_out"`
 }
+
+// FileRoot is an optional Runtime capability: the sandbox's root
+// filesystem as a directory on the host, so that the daemon can read and
+// write its files without running anything inside it (and read those of a
+// frozen sandbox without thawing it). Every path below it must be resolved
+// confined to it (openat2 RESOLVE_IN_ROOT): processes inside the sandbox
+// control what it contains.
+type FileRoot interface {
+	// RootFS returns the host path of the sandbox's mounted root
+	// filesystem. A sandbox whose root is not mounted (hibernated, failed)
+	// is a conflict.
+	RootFS(ctx context.Context, ref InstanceRef) (string, error)
+}

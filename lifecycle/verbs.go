@@ -279,7 +279,7 @@ func (e *Engine) Exec(ctx context.Context, tenant, id string, req torpor.ExecReq
 		return torpor.ExecResult{}, err
 	}
 	var rt torpor.Runtime
-	sb, err := e.operate(ctx, tenant, id, "exec in", func(sb *torpor.Sandbox) (err error) {
+	sb, err := e.operate(ctx, tenant, id, "exec in", true, func(sb *torpor.Sandbox) (err error) {
 		rt, err = e.runtime(sb.Runtime.Kind)
 		return err
 	})
@@ -290,19 +290,52 @@ func (e *Engine) Exec(ctx context.Context, tenant, id string, req torpor.ExecReq
 	return rt.Exec(ctx, ref(sb), req)
 }
 
+// Files prepares an operation on a sandbox's files and returns the host
+// path of its root filesystem (see torpor.FileRoot), resolved by the caller
+// confined to it. Reading the files of a paused sandbox does not wake it;
+// writing follows the sandbox's auto_resume rule, as every other operation.
+// Both count as activity. done must be called when the operation ends.
+func (e *Engine) Files(ctx context.Context, tenant, id string, write bool) (root string, done func(), err error) {
+	var fr torpor.FileRoot
+	sb, err := e.operate(ctx, tenant, id, "use the files of", write, func(sb *torpor.Sandbox) error {
+		rt, err := e.runtime(sb.Runtime.Kind)
+		if err != nil {
+			return err
+		}
+		var ok bool
+		if fr, ok = rt.(torpor.FileRoot); !ok {
+			return torpor.Errorf(torpor.EInvalid, "the %s runtime does not give access to files", rt.Kind())
+		}
+		return nil
+	})
+	if err != nil {
+		return "", nil, err
+	}
+	started := e.now()
+	finish := func() { e.done(tenant, id, started) }
+	root, err = fr.RootFS(ctx, ref(sb))
+	if err != nil {
+		finish()
+		return "", nil, err
+	}
+	return root, finish, nil
+}
+
 // activityResolution is how long an operation must last before its end is
 // recorded as activity apart from its start: shorter ones cost no second
 // write.
 const activityResolution = time.Second
 
 // operate prepares an operation on a sandbox (exec, files, code): it wakes
-// the sandbox if it sleeps and its policy allows, records the activity,
-// and marks the sandbox busy so that the idle engine leaves it alone until
-// done is called.
-func (e *Engine) operate(ctx context.Context, tenant, id, what string, fn func(sb *torpor.Sandbox) error) (*torpor.Sandbox, error) {
+// the sandbox if it sleeps and its policy allows (a paused one only when
+// wakePaused), records the activity, and marks the sandbox busy so that
+// the idle engine leaves it alone until done is called.
+func (e *Engine) operate(ctx context.Context, tenant, id, what string, wakePaused bool, fn func(sb *torpor.Sandbox) error) (*torpor.Sandbox, error) {
 	return e.withSandbox(ctx, tenant, id, func(sb *torpor.Sandbox) error {
-		if err := e.wake(ctx, sb, what); err != nil {
-			return err
+		if wakePaused || sb.State != torpor.StatePaused {
+			if err := e.wake(ctx, sb, what); err != nil {
+				return err
+			}
 		}
 		if err := fn(sb); err != nil {
 			return err
