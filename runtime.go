@@ -112,3 +112,10 @@ type FileRoot interface {
 	// is a conflict.
 	RootFS(ctx context.Context, ref InstanceRef) (string, error)
 }
+
+// CPUReporter is an optional Runtime capability: how much CPU time a
+// sandbox's processes have used since it booted. The idle engine uses it,
+// when configured, to count a busy sandbox as active.
+type CPUReporter interface {
+	CPUUsage(ctx context.Context, ref InstanceRef) (time.Duration, error)
+}

@@ -43,6 +43,7 @@ type Config struct {
 	DefaultPauseAfterIdle       int64   `toml:"default_pause_after_idle_seconds"`
 	DefaultHibernateAfterPaused int64   `toml:"default_hibernate_after_paused_seconds"`
 	DefaultConnectionIdle       int64   `toml:"default_connection_idle_seconds"`
+	CPUActivityThreshold        float64 `toml:"cpu_activity_threshold"`
 }
 
 // setting describes one Config field for the file, env and flag layers.
@@ -74,6 +75,7 @@ func (c *Config) settings() []setting {
 		{"default_pause_after_idle_seconds", "pause_after_idle_seconds of a sandbox that sets no idle policy (0: off)", &c.DefaultPauseAfterIdle},
 		{"default_hibernate_after_paused_seconds", "hibernate_after_paused_seconds of a sandbox that sets none (0: off)", &c.DefaultHibernateAfterPaused},
 		{"default_connection_idle_seconds", "connection_idle_seconds of a sandbox that sets none (0: off)", &c.DefaultConnectionIdle},
+		{"cpu_activity_threshold", "count a sandbox using at least this many CPUs on average as active (e.g. 0.1; 0: off)", &c.CPUActivityThreshold},
 	}
 }
 
@@ -221,6 +223,9 @@ func (c Config) validate() error {
 		if v.n < 0 || v.n > torpor.MaxPolicySeconds {
 			return fmt.Errorf("%s must be between 0 (off) and %d, got %d", v.name, torpor.MaxPolicySeconds, v.n)
 		}
+	}
+	if c.CPUActivityThreshold < 0 || c.CPUActivityThreshold > 1024 {
+		return fmt.Errorf("cpu_activity_threshold must be between 0 (off) and 1024 CPUs, got %v", c.CPUActivityThreshold)
 	}
 	if c.CapacityVCPUs < 0 || c.CapacityMemoryMiB < 0 {
 		return errors.New("capacity_vcpus and capacity_memory_mib must not be negative")

@@ -89,6 +89,7 @@ func Run(ctx context.Context, cfg Config, opt Options) error {
 		Capacity:       cfg.capacity(),
 		MaxPaused:      time.Duration(cfg.MaxPausedSeconds) * time.Second,
 		DefaultPolicy:  cfg.defaultPolicy(),
+		CPUActivity:    cfg.CPUActivityThreshold,
 		Failpoint:      failpoint(opt.Getenv(FailpointEnv), log),
 	})
 	if err != nil {

@@ -33,6 +33,12 @@ type Config struct {
 	// DefaultPolicy fills the machine-policy fields a create request leaves
 	// out.
 	DefaultPolicy torpor.LifecyclePolicy
+	// CPUActivity, when above 0, counts a running sandbox whose processes
+	// used at least this many CPUs on average (0.1: a tenth of one core)
+	// since the idle engine last looked as active, so an agent busy
+	// computing is not paused under its work. Needs a runtime that reports
+	// CPU use (torpor.CPUReporter).
+	CPUActivity float64
 	// Failpoint, when set, is called at named points of each transition
 	// ("pause.before-runtime", "pause.after-runtime", ...). Crash tests use
 	// it to kill the daemon mid-transition; production leaves it nil.
@@ -57,6 +63,10 @@ type Engine struct {
 
 	busyMu sync.Mutex
 	busy   map[string]int
+
+	cpuActivity float64
+	cpuMu       sync.Mutex
+	cpuSamples  map[string]cpuSample
 
 	bg       context.Context
 	stopBG   context.CancelFunc
@@ -84,6 +94,9 @@ func New(cfg Config) (*Engine, error) {
 		maxPaused: cfg.MaxPaused,
 		defPolicy: cfg.DefaultPolicy,
 		busy:      map[string]int{},
+
+		cpuActivity: cfg.CPUActivity,
+		cpuSamples:  map[string]cpuSample{},
 	}
 	for _, rt := range cfg.Runtimes {
 		e.runtimes[rt.Kind()] = rt

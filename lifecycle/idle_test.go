@@ -332,3 +332,34 @@ func TestCapacity(t *testing.T) {
 		t.Fatalf("after the restart the ledger forgot what runs: %v", err)
 	}
 }
+
+// TestCPUUseCountsAsActivity: with cpu activity on, a sandbox busy
+// computing is not paused under its work; once it stops, it is.
+func TestCPUUseCountsAsActivity(t *testing.T) {
+	e := newEnv(t, func(cfg *lifecycle.Config) { cfg.CPUActivity = 0.5 })
+	sb := e.create(torpor.CreateRequest{PolicyRequest: torpor.PolicyRequest{
+		LifecyclePolicy: policy(torpor.LifecyclePolicy{PauseAfterIdleSeconds: torpor.Seconds(60)})}})
+	waitDeadline := func(after time.Time) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+			if at, ok := e.eng.NextDeadline(sb.ID); ok && at.After(after) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the sweep did not reschedule")
+			}
+		}
+	}
+	e.clock.Advance(60 * time.Second) // idle deadline: first CPU sample
+	waitDeadline(e.clock.Now())
+	e.host.AddCPU(sb.ID, 20*time.Second) // 20 s of CPU in the next 30 s
+	e.clock.Advance(30 * time.Second)
+	waitDeadline(e.clock.Now())
+	if got := e.get(sb.ID); got.State != torpor.StateRunning || !got.LastActivityAt.Equal(e.clock.Now()) {
+		t.Fatalf("busy computing: %s, last activity %v", got.State, got.LastActivityAt)
+	}
+	e.clock.Advance(60 * time.Second) // idle now: no CPU since the last sample
+	if got := settle(e, sb.ID, torpor.StatePaused); got.State != torpor.StatePaused {
+		t.Fatalf("idle after computing: %s", got.State)
+	}
+}

@@ -257,6 +257,9 @@ func (e *Engine) terminate(ctx context.Context, sb *torpor.Sandbox, cause string
 		return err
 	}
 	e.unwatch(sb.ID)
+	e.cpuMu.Lock()
+	delete(e.cpuSamples, sb.ID)
+	e.cpuMu.Unlock()
 	if err := e.setState(ctx, sb, torpor.StateTerminating); err != nil {
 		return err
 	}
@@ -428,6 +431,18 @@ func (e *Engine) sweep(ctx context.Context, id string) {
 		e.sched.set(id, now.Add(sb.Policy().IdleAfter))
 		return
 	}
+	if sb.State == torpor.StateRunning && e.cpuActivity > 0 {
+		if busy, recheck := e.busyComputing(ctx, sb, now); busy {
+			sb.LastActivityAt = now
+			if err := e.save(ctx, sb, e.event(sb, "sandbox.activity", "source", "cpu")); err != nil {
+				e.sched.set(id, now.Add(sweepRetry))
+			}
+			return
+		} else if recheck > 0 {
+			e.sched.set(id, now.Add(recheck))
+			return
+		}
+	}
 	switch ev.Action {
 	case torpor.ActionPause:
 		err = e.pause(ctx, sb, "", ev.Cause)
@@ -440,6 +455,44 @@ func (e *Engine) sweep(ctx context.Context, id string) {
 		e.log.Error("idle action failed; retrying", "sandbox", id, "action", ev.Action, "err", err)
 		e.sched.set(id, now.Add(sweepRetry))
 	}
+}
+
+// cpuSample is a sandbox's CPU use at a moment.
+type cpuSample struct {
+	used time.Duration
+	at   time.Time
+}
+
+// cpuWindow is the longest span a CPU sample is compared over.
+const cpuWindow = 30 * time.Second
+
+// busyComputing compares the sandbox's CPU use now with the last sample.
+// It reports busy when the average since then reaches the configured
+// share of a core. With no usable earlier sample it takes one and asks to
+// be called again after recheck.
+func (e *Engine) busyComputing(ctx context.Context, sb *torpor.Sandbox, now time.Time) (busy bool, recheck time.Duration) {
+	rt, err := e.runtime(sb.Runtime.Kind)
+	if err != nil {
+		return false, 0
+	}
+	cr, ok := rt.(torpor.CPUReporter)
+	if !ok {
+		return false, 0
+	}
+	used, err := cr.CPUUsage(ctx, ref(sb))
+	if err != nil {
+		return false, 0
+	}
+	e.cpuMu.Lock()
+	prev, had := e.cpuSamples[sb.ID]
+	e.cpuSamples[sb.ID] = cpuSample{used: used, at: now}
+	e.cpuMu.Unlock()
+	window := min(sb.Policy().IdleAfter, cpuWindow)
+	span := now.Sub(prev.at)
+	if !had || span <= 0 || span > window+sweepRetry || used < prev.used {
+		return false, window
+	}
+	return float64(used-prev.used)/float64(span) >= e.cpuActivity, 0
 }
 
 // sweepRetry is how long a failed idle action waits before its next try.

@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/torpor-dev/torpor"
 )
@@ -24,6 +25,7 @@ type Host struct {
 	// BootHook, when set, runs at the start of every Boot.
 	BootHook func(ctx context.Context, spec torpor.BootSpec) error
 	boots    map[string]int
+	cpu      map[string]time.Duration
 }
 
 type instance struct {
@@ -35,7 +37,7 @@ type instance struct {
 
 // NewHost returns an empty host.
 func NewHost() *Host {
-	return &Host{instances: map[string]*instance{}, disks: map[string]bool{}, fail: map[string]error{}, boots: map[string]int{}}
+	return &Host{instances: map[string]*instance{}, disks: map[string]bool{}, fail: map[string]error{}, boots: map[string]int{}, cpu: map[string]time.Duration{}}
 }
 
 // Runtime is a torpor.Runtime over a Host.
@@ -112,6 +114,23 @@ func (h *Host) takeFail(op string) error {
 	err := h.fail[op]
 	delete(h.fail, op)
 	return err
+}
+
+// AddCPU adds CPU time used by a sandbox's processes.
+func (h *Host) AddCPU(id string, d time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.cpu[id] += d
+}
+
+// CPUUsage returns the CPU time a sandbox has used (see AddCPU).
+func (r *Runtime) CPUUsage(ctx context.Context, ref torpor.InstanceRef) (time.Duration, error) {
+	r.h.mu.Lock()
+	defer r.h.mu.Unlock()
+	if _, err := r.live(ref.SandboxID); err != nil {
+		return 0, err
+	}
+	return r.h.cpu[ref.SandboxID], nil
 }
 
 // Kind returns "fake".
