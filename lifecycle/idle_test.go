@@ -363,3 +363,22 @@ func TestCPUUseCountsAsActivity(t *testing.T) {
 		t.Fatalf("idle after computing: %s", got.State)
 	}
 }
+
+// TestRecordActivity is how the port proxy reports traffic: it restarts the
+// idle clock of a running sandbox and leaves others alone.
+func TestRecordActivity(t *testing.T) {
+	e := newEnv(t)
+	sb := e.create(torpor.CreateRequest{PolicyRequest: torpor.PolicyRequest{
+		LifecyclePolicy: policy(torpor.LifecyclePolicy{PauseAfterIdleSeconds: torpor.Seconds(60)})}})
+	e.clock.Advance(50 * time.Second)
+	if err := e.eng.RecordActivity(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.get(sb.ID); !got.PauseAt.Equal(e.clock.Now().Add(time.Minute)) {
+		t.Fatalf("pause_at %v after traffic at %v", got.PauseAt, e.clock.Now())
+	}
+	must(e.eng.Pause(ctx, "acme", sb.ID, ""))
+	if err := e.eng.RecordActivity(ctx, sb.ID); err != nil || e.get(sb.ID).State != torpor.StatePaused {
+		t.Fatalf("traffic to a paused sandbox: %v %s", err, e.get(sb.ID).State)
+	}
+}

@@ -241,6 +241,24 @@ func (e *Engine) Touch(ctx context.Context, tenant, id string) (*torpor.Sandbox,
 	})
 }
 
+// RecordActivity notes traffic or other use of a sandbox that reached it
+// other than through an API verb, such as proxied connections. It resets
+// the idle clock of a running sandbox and does nothing to one in any other
+// state (waking is the caller's business: see Start).
+func (e *Engine) RecordActivity(ctx context.Context, id string) error {
+	unlock := e.locks.lock(id)
+	defer unlock()
+	sb, err := e.store.GetSandbox(ctx, id)
+	if err != nil {
+		return err
+	}
+	if sb.State != torpor.StateRunning {
+		return nil
+	}
+	sb.LastActivityAt = e.now()
+	return e.save(ctx, sb)
+}
+
 // Delete ends a sandbox and removes its disk; the record stays, terminated.
 func (e *Engine) Delete(ctx context.Context, tenant, id string) (*torpor.Sandbox, error) {
 	return e.withSandbox(ctx, tenant, id, func(sb *torpor.Sandbox) error {
