@@ -425,3 +425,57 @@ func TestPolicyThroughTheAPI(t *testing.T) {
 		t.Fatalf("exec on paused with auto_resume off: %d %+v", status, eb.Error)
 	}
 }
+
+// TestFollowEvents streams events as they happen and resumes from a cursor
+// without missing or repeating one.
+func TestFollowEvents(t *testing.T) {
+	f := newFixture(t)
+	got := make(chan torpor.Event, 100)
+	fctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go f.tenantCl.FollowEvents(fctx, "", 0, func(ev torpor.Event) error { got <- ev; return nil })
+	sb, err := f.tenantCl.Create(ctx, torpor.CreateRequest{Template: "base"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.tenantCl.Pause(ctx, sb.ID, "")
+	var seen []string
+	var last int64
+	for len(seen) < 3 {
+		select {
+		case ev := <-got:
+			seen = append(seen, ev.Type)
+			last = ev.Seq
+		case <-time.After(5 * time.Second):
+			t.Fatalf("events so far: %v", seen)
+		}
+	}
+	if strings.Join(seen, ",") != "sandbox.created,sandbox.started,sandbox.paused" {
+		t.Fatalf("events %v", seen)
+	}
+	// Another tenant's events never show; a follower from the cursor sees
+	// only what came after.
+	f.adminCl.Create(ctx, torpor.CreateRequest{Template: "base"})
+	f.tenantCl.Start(ctx, sb.ID)
+	got2 := make(chan torpor.Event, 100)
+	go f.tenantCl.FollowEvents(fctx, sb.ID, last, func(ev torpor.Event) error { got2 <- ev; return nil })
+	select {
+	case ev := <-got2:
+		if ev.Type != torpor.EventResumed || ev.Seq <= last || ev.SandboxID != sb.ID {
+			t.Fatalf("resumed follower got %+v", ev)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the resumed follower got nothing")
+	}
+	select {
+	case ev := <-got:
+		if ev.Tenant != "acme" {
+			t.Fatalf("another tenant's event leaked: %+v", ev)
+		}
+	case <-time.After(100 * time.Millisecond):
+	}
+	status, eb := f.raw(t, "GET", "/v1/sandboxes/nosuch/events", f.acmeKey, "", "")
+	if status != 404 {
+		t.Fatalf("events of an unknown sandbox: %d %+v", status, eb)
+	}
+}

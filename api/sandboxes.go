@@ -2,8 +2,12 @@ package api
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/torpor-dev/torpor"
 	"github.com/torpor-dev/torpor/api/wire"
@@ -144,6 +148,16 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request, p principal,
 	if err != nil {
 		return err
 	}
+	if strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
+		if last := r.Header.Get("Last-Event-ID"); last != "" {
+			n, err := strconv.ParseInt(last, 10, 64)
+			if err != nil || n < 0 {
+				return torpor.Invalid("Last-Event-ID", "must be a cursor (a non-negative integer)")
+			}
+			since = n
+		}
+		return s.followEvents(w, r, p, id, since)
+	}
 	limit, err := queryInt(r, "limit", 1000)
 	if err != nil {
 		return err
@@ -164,4 +178,55 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request, p principal,
 	}
 	writeJSON(w, http.StatusOK, wire.EventList{Events: evs, Next: next})
 	return nil
+}
+
+// heartbeat keeps an idle event stream's connection alive.
+const heartbeat = 15 * time.Second
+
+// followEvents streams events after since as server-sent events, each with
+// its cursor as the event id, until the caller goes away. A client that
+// reconnects with Last-Event-ID (or ?since=) misses nothing.
+func (s *Server) followEvents(w http.ResponseWriter, r *http.Request, p principal, id string, since int64) error {
+	ctx := r.Context()
+	// Check access and the cursor before the stream starts, so errors are
+	// ordinary responses.
+	changed := s.eng.EventsChanged()
+	evs, err := s.eng.Events(ctx, p.tenant, torpor.EventFilter{After: since, SandboxID: id, Limit: 1000})
+	if err != nil {
+		return err
+	}
+	rc := http.NewResponseController(w)
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	_ = rc.Flush()
+	tick := time.NewTicker(heartbeat)
+	defer tick.Stop()
+	for {
+		for _, ev := range evs {
+			data, _ := json.Marshal(ev)
+			if _, err := fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", ev.Seq, ev.Type, data); err != nil {
+				return nil
+			}
+			since = ev.Seq
+		}
+		if err := rc.Flush(); err != nil {
+			return nil
+		}
+		if len(evs) < 1000 {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-changed:
+			case <-tick.C:
+				if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil {
+					return nil
+				}
+			}
+		}
+		changed = s.eng.EventsChanged()
+		if evs, err = s.eng.Events(ctx, p.tenant, torpor.EventFilter{After: since, SandboxID: id, Limit: 1000}); err != nil {
+			return nil
+		}
+	}
 }

@@ -64,6 +64,9 @@ type Engine struct {
 	busyMu sync.Mutex
 	busy   map[string]int
 
+	evMu sync.Mutex
+	evCh chan struct{}
+
 	cpuActivity float64
 	cpuMu       sync.Mutex
 	cpuSamples  map[string]cpuSample
@@ -95,6 +98,7 @@ func New(cfg Config) (*Engine, error) {
 		defPolicy: cfg.DefaultPolicy,
 		busy:      map[string]int{},
 
+		evCh:        make(chan struct{}),
 		cpuActivity: cfg.CPUActivity,
 		cpuSamples:  map[string]cpuSample{},
 	}
@@ -213,6 +217,7 @@ func (e *Engine) Create(ctx context.Context, tenant string, req torpor.CreateReq
 		e.ledger.record(sb.ID, torpor.StateTerminated, sb.Resources)
 		return nil, err
 	}
+	e.announce()
 	e.fail("create.before-runtime")
 	if err := e.boot(ctx, sb, rt, *tmpl, torpor.EventStarted, CauseAPI); err != nil {
 		return nil, err
@@ -247,7 +252,26 @@ func (e *Engine) save(ctx context.Context, sb *torpor.Sandbox, events ...torpor.
 		return err
 	}
 	e.track(sb)
+	if len(events) > 0 {
+		e.announce()
+	}
 	return nil
+}
+
+// EventsChanged returns a channel that is closed when new events are
+// stored, for streams that follow the event log.
+func (e *Engine) EventsChanged() <-chan struct{} {
+	e.evMu.Lock()
+	defer e.evMu.Unlock()
+	return e.evCh
+}
+
+// announce wakes every follower of the event log.
+func (e *Engine) announce() {
+	e.evMu.Lock()
+	defer e.evMu.Unlock()
+	close(e.evCh)
+	e.evCh = make(chan struct{})
 }
 
 // track records what sb holds and when the idle engine acts on it next.

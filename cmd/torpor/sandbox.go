@@ -437,28 +437,38 @@ func (c *cli) eventsCmd() *cobra.Command {
 			if len(args) == 1 {
 				id = args[0]
 			}
-			for {
-				evs, next, err := cl.Events(cmd.Context(), id, since)
+			print := func(ev torpor.Event) error {
+				if c.json {
+					return c.printJSON(ev)
+				}
+				_, err := fmt.Fprintf(c.stdout, "%d\t%s\t%s\t%s\t%s\n", ev.Seq, ev.Time.Local().Format(time.DateTime), ev.SandboxID, ev.Type, metadataString(ev.Attrs))
+				return err
+			}
+			if !follow {
+				evs, _, err := cl.Events(cmd.Context(), id, since)
 				if err != nil {
 					return err
 				}
 				for _, ev := range evs {
-					if c.json {
-						if err := c.printJSON(ev); err != nil {
-							return err
-						}
-						continue
+					if err := print(ev); err != nil {
+						return err
 					}
-					fmt.Fprintf(c.stdout, "%d\t%s\t%s\t%s\t%s\n", ev.Seq, ev.Time.Local().Format(time.DateTime), ev.SandboxID, ev.Type, metadataString(ev.Attrs))
 				}
-				since = next
-				if !follow {
+				return nil
+			}
+			// Follow the stream; reconnect from the last cursor if it drops.
+			for {
+				since, err = cl.FollowEvents(cmd.Context(), id, since, print)
+				if cmd.Context().Err() != nil {
 					return nil
+				}
+				if client.IsNotFound(err) || client.IsUnauthenticated(err) || client.IsInvalid(err) {
+					return err
 				}
 				select {
 				case <-cmd.Context().Done():
 					return nil
-				case <-time.After(500 * time.Millisecond):
+				case <-time.After(time.Second):
 				}
 			}
 		},
