@@ -14,6 +14,8 @@ type CreateRequest struct {
 	Metadata  map[string]string `json:"metadata,omitempty"`
 	Runtime   RuntimeConfig     `json:"runtime"`
 	PolicyRequest
+	Hooks            []Hook `json:"hooks,omitempty"`
+	IgnoreImageHooks bool   `json:"ignore_image_hooks,omitempty"`
 }
 
 // UpdateRequest changes a sandbox in place (PATCH). Absent fields stay as
@@ -22,6 +24,8 @@ type CreateRequest struct {
 type UpdateRequest struct {
 	Metadata map[string]*string `json:"metadata,omitempty"`
 	PolicyRequest
+	// Hooks, when given, replace the sandbox's hooks ([] removes them).
+	Hooks *[]Hook `json:"hooks,omitempty"`
 }
 
 // Limits bound what a caller may ask for.
@@ -80,6 +84,9 @@ func (r *CreateRequest) Validate(l Limits) (Resources, error) {
 		return Resources{}, err
 	}
 	if err := r.PolicyRequest.Validate(); err != nil {
+		return Resources{}, err
+	}
+	if err := ValidateHooks(r.Hooks); err != nil {
 		return Resources{}, err
 	}
 	return res, nil

@@ -3,6 +3,7 @@ package torpor
 import (
 	"context"
 	"io"
+	"net"
 	"time"
 )
 
@@ -118,4 +119,11 @@ type FileRoot interface {
 // when configured, to count a busy sandbox as active.
 type CPUReporter interface {
 	CPUUsage(ctx context.Context, ref InstanceRef) (time.Duration, error)
+}
+
+// Dialer is an optional Runtime capability: a connection to an address
+// inside the sandbox's own network (its loopback included), for HTTP hooks
+// and the port proxy.
+type Dialer interface {
+	DialContext(ctx context.Context, ref InstanceRef, network, addr string) (net.Conn, error)
 }

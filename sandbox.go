@@ -127,6 +127,10 @@ type Sandbox struct {
 	LifecyclePolicy LifecyclePolicy `json:"lifecycle_policy"`
 	// Meters count the sandbox's transitions.
 	Meters Counters `json:"meters"`
+	// Hooks run on transitions; IgnoreImageHooks skips the template's.
+	Hooks            []Hook       `json:"hooks"`
+	IgnoreImageHooks bool         `json:"ignore_image_hooks"`
+	HookFailure      *HookFailure `json:"hook_failure"`
 	// Schedule is derived by the engine when it returns a sandbox.
 	Schedule
 
@@ -148,6 +152,17 @@ func (s *Sandbox) Clone() *Sandbox {
 	c.Runtime.Entrypoint = append([]string(nil), s.Runtime.Entrypoint...)
 	c.PauseModes = append([]PauseMode(nil), s.PauseModes...)
 	c.UpcomingEvents = append([]ScheduledEvent(nil), s.UpcomingEvents...)
+	if s.Hooks != nil {
+		c.Hooks = make([]Hook, len(s.Hooks))
+		for i, h := range s.Hooks {
+			h.Arguments = append([]string(nil), h.Arguments...)
+			c.Hooks[i] = h
+		}
+	}
+	if s.HookFailure != nil {
+		hf := *s.HookFailure
+		c.HookFailure = &hf
+	}
 	if s.Lifecycle != nil {
 		l := *s.Lifecycle
 		if l.AutoResume != nil {

@@ -188,18 +188,20 @@ func (e *Engine) Create(ctx context.Context, tenant string, req torpor.CreateReq
 	rc := req.Runtime
 	rc.Kind = rt.Kind()
 	sb := &torpor.Sandbox{
-		ID:             torpor.NewID("", 20),
-		Tenant:         tenant,
-		Template:       tmpl.Name,
-		State:          torpor.StateStarting,
-		StateSince:     now,
-		CreatedAt:      now,
-		LastActivityAt: now,
-		Resources:      res,
-		Metadata:       req.Metadata,
-		Env:            req.Env,
-		Runtime:        rc,
-		PauseModes:     rt.PauseModes(),
+		ID:               torpor.NewID("", 20),
+		Tenant:           tenant,
+		Template:         tmpl.Name,
+		State:            torpor.StateStarting,
+		StateSince:       now,
+		CreatedAt:        now,
+		LastActivityAt:   now,
+		Resources:        res,
+		Metadata:         req.Metadata,
+		Env:              req.Env,
+		Runtime:          rc,
+		PauseModes:       rt.PauseModes(),
+		Hooks:            req.Hooks,
+		IgnoreImageHooks: req.IgnoreImageHooks,
 	}
 	if sb.Metadata == nil {
 		sb.Metadata = map[string]string{}
@@ -315,6 +317,7 @@ func (e *Engine) boot(ctx context.Context, sb *torpor.Sandbox, rt torpor.Runtime
 		return err
 	}
 	e.watch(sb.ID, sb.Handle, rt)
+	e.runHooks(ctx, sb, torpor.HookOnStart)
 	return nil
 }
 
@@ -443,6 +446,12 @@ func (e *Engine) Update(ctx context.Context, tenant, id string, req torpor.Updat
 	sb.Metadata = md
 	if err := applyPolicy(sb, req.PolicyRequest); err != nil {
 		return nil, err
+	}
+	if req.Hooks != nil {
+		if err := torpor.ValidateHooks(*req.Hooks); err != nil {
+			return nil, err
+		}
+		sb.Hooks = *req.Hooks
 	}
 	if err := e.save(ctx, sb, e.event(sb, "sandbox.updated")); err != nil {
 		return nil, err

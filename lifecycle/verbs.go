@@ -67,6 +67,9 @@ func (e *Engine) pause(ctx context.Context, sb *torpor.Sandbox, mode torpor.Paus
 	if !supports(rt, mode) {
 		return torpor.Invalid("mode", "the %s runtime cannot pause by %q; it can: %v", rt.Kind(), mode, rt.PauseModes())
 	}
+	if sb.State == torpor.StateRunning {
+		e.runHooks(ctx, sb, torpor.HookOnPause)
+	}
 	sb.PauseMode = mode
 	if err := e.setState(ctx, sb, torpor.StatePausing); err != nil {
 		return err
@@ -153,7 +156,11 @@ func (e *Engine) resume(ctx context.Context, sb *torpor.Sandbox, cause string) e
 	if auto {
 		sb.Meters.AutoResumed++
 	}
-	return e.setState(ctx, sb, torpor.StateRunning, e.event(sb, torpor.EventResumed, "cause", cause, "auto", strconv.FormatBool(auto)))
+	if err := e.setState(ctx, sb, torpor.StateRunning, e.event(sb, torpor.EventResumed, "cause", cause, "auto", strconv.FormatBool(auto))); err != nil {
+		return err
+	}
+	e.runHooks(ctx, sb, torpor.HookOnResume)
+	return nil
 }
 
 // coldStart boots sb fresh on its disk through the in-between state via.
@@ -273,6 +280,16 @@ func (e *Engine) terminate(ctx context.Context, sb *torpor.Sandbox, cause string
 	rt, err := e.runtime(sb.Runtime.Kind)
 	if err != nil {
 		return err
+	}
+	if hasHooks(sb, torpor.HookOnTerminate) {
+		// Terminate hooks run in a live instance: thaw a paused one first;
+		// it is about to go anyway.
+		if sb.State == torpor.StatePaused {
+			_ = rt.Thaw(ctx, ref(sb))
+		}
+		if sb.State == torpor.StateRunning || sb.State == torpor.StatePaused {
+			e.runHooks(ctx, sb, torpor.HookOnTerminate)
+		}
 	}
 	e.unwatch(sb.ID)
 	e.cpuMu.Lock()

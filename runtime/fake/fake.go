@@ -8,6 +8,7 @@ package fake
 import (
 	"context"
 	"fmt"
+	"net"
 	"sync"
 	"time"
 
@@ -22,6 +23,8 @@ type Host struct {
 	fail      map[string]error
 	// ExecFunc answers Exec; nil answers exit code 0 with no output.
 	ExecFunc func(ctx context.Context, id string, req torpor.ExecRequest) (torpor.ExecResult, error)
+	// DialFunc answers DialContext; nil refuses every connection.
+	DialFunc func(ctx context.Context, id, network, addr string) (net.Conn, error)
 	// BootHook, when set, runs at the start of every Boot.
 	BootHook func(ctx context.Context, spec torpor.BootSpec) error
 	boots    map[string]int
@@ -114,6 +117,24 @@ func (h *Host) takeFail(op string) error {
 	err := h.fail[op]
 	delete(h.fail, op)
 	return err
+}
+
+// DialContext connects through Host.DialFunc to a running instance.
+func (r *Runtime) DialContext(ctx context.Context, ref torpor.InstanceRef, network, addr string) (net.Conn, error) {
+	r.h.mu.Lock()
+	in, err := r.live(ref.SandboxID)
+	if err == nil && in.state == torpor.InstanceFrozen {
+		err = torpor.Errorf(torpor.EConflict, "sandbox %s is frozen", ref.SandboxID)
+	}
+	fn := r.h.DialFunc
+	r.h.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	if fn == nil {
+		return nil, fmt.Errorf("fake: connection to %s refused", addr)
+	}
+	return fn(ctx, ref.SandboxID, network, addr)
 }
 
 // AddCPU adds CPU time used by a sandbox's processes.

@@ -29,6 +29,27 @@ type sandboxRecord struct {
 	Lifecycle      *lifecycleRecord  `json:"lifecycle,omitempty"`
 	Policy         policyRecord      `json:"lifecycle_policy"`
 	Meters         countersRecord    `json:"meters"`
+	Hooks          []hookRecord      `json:"hooks,omitempty"`
+	IgnoreHooks    bool              `json:"ignore_image_hooks,omitempty"`
+	HookFailure    *hookFailRecord   `json:"hook_failure,omitempty"`
+}
+
+type hookRecord struct {
+	Type           string   `json:"type"`
+	On             string   `json:"on"`
+	Path           string   `json:"path"`
+	Arguments      []string `json:"arguments,omitempty"`
+	Port           int      `json:"port,omitempty"`
+	Wait           bool     `json:"wait,omitempty"`
+	TimeoutSeconds int64    `json:"timeout_seconds,omitempty"`
+}
+
+type hookFailRecord struct {
+	On      string `json:"on"`
+	Index   int    `json:"index"`
+	Type    string `json:"type"`
+	Message string `json:"message"`
+	At      int64  `json:"at_us"`
 }
 
 // optRecord keeps absent, null and a number apart.
@@ -101,6 +122,13 @@ func encodeRecord(sb *torpor.Sandbox) (string, error) {
 	if l := sb.Lifecycle; l != nil {
 		r.Lifecycle = &lifecycleRecord{OnTimeout: l.OnTimeout, AutoResume: l.AutoResume}
 	}
+	for _, h := range sb.Hooks {
+		r.Hooks = append(r.Hooks, hookRecord(h))
+	}
+	r.IgnoreHooks = sb.IgnoreImageHooks
+	if hf := sb.HookFailure; hf != nil {
+		r.HookFailure = &hookFailRecord{On: hf.On, Index: hf.Index, Type: hf.Type, Message: hf.Message, At: micros(hf.At)}
+	}
 	if f := sb.Failure; f != nil {
 		r.Failure = &failureRecord{Code: f.Code, Message: f.Message, ExitCode: f.ExitCode}
 	}
@@ -146,6 +174,13 @@ func decodeRecord(sb *torpor.Sandbox, data string) error {
 	sb.Meters = torpor.Counters(r.Meters)
 	if l := r.Lifecycle; l != nil {
 		sb.Lifecycle = &torpor.Lifecycle{OnTimeout: l.OnTimeout, AutoResume: l.AutoResume}
+	}
+	for _, h := range r.Hooks {
+		sb.Hooks = append(sb.Hooks, torpor.Hook(h))
+	}
+	sb.IgnoreImageHooks = r.IgnoreHooks
+	if hf := r.HookFailure; hf != nil {
+		sb.HookFailure = &torpor.HookFailure{On: hf.On, Index: hf.Index, Type: hf.Type, Message: hf.Message, At: fromMicros(hf.At)}
 	}
 	if f := r.Failure; f != nil {
 		sb.Failure = &torpor.Failure{Code: f.Code, Message: f.Message, ExitCode: f.ExitCode}

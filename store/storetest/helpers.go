@@ -64,6 +64,13 @@ func fullSandbox(id, tenant string) *torpor.Sandbox {
 			ConnectionIdleSeconds:       torpor.Seconds(30),
 		},
 		Meters: torpor.Counters{Pauses: 1, AutoPaused: 2, Resumes: 3, AutoResumed: 4, Hibernations: 5, AutoHibernated: 6},
+		Hooks: []torpor.Hook{
+			{Type: torpor.HookScript, On: torpor.HookOnStart, Path: "/app/restore.sh", Arguments: []string{"--from", "/data"}, Port: 1, Wait: true, TimeoutSeconds: 60},
+			{Type: torpor.HookHTTP, On: torpor.HookOnPause, Path: "/hooks/flush", Port: 3000, TimeoutSeconds: 30},
+		},
+		IgnoreImageHooks: true,
+		HookFailure: &torpor.HookFailure{On: torpor.HookOnStart, Index: 1, Type: torpor.HookScript,
+			Message: "exited with status 2", At: at(2*time.Hour + 11*time.Microsecond)},
 		// CreateSandbox ignores it and starts at 1.
 		Version: 99,
 	}

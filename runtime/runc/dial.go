@@ -1,0 +1,77 @@
+package runc
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	goruntime "runtime"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/torpor-dev/torpor"
+)
+
+// DialContext connects to addr inside the sandbox's network namespace: the
+// socket is made on an OS thread that has entered that namespace, and it
+// stays there after the thread returns to the daemon's.
+func (r *Runtime) DialContext(ctx context.Context, ref torpor.InstanceRef, network, addr string) (net.Conn, error) {
+	id, err := checkRef(ref)
+	if err != nil {
+		return nil, err
+	}
+	in, alive, err := r.lookup(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if !alive || in == nil {
+		return nil, torpor.Errorf(torpor.EConflict, "sandbox %s has no running instance", id)
+	}
+	ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/net", in.PID))
+	if err != nil {
+		return nil, fmt.Errorf("runc: network namespace of %s: %w", id, err)
+	}
+	defer ns.Close()
+	if !in.alive() { // the pid was recycled between lookup and open
+		return nil, torpor.Errorf(torpor.EConflict, "sandbox %s has no running instance", id)
+	}
+	return dialIn(ctx, ns, network, addr)
+}
+
+// dialIn dials from inside the network namespace ns.
+func dialIn(ctx context.Context, ns *os.File, network, addr string) (net.Conn, error) {
+	type result struct {
+		c   net.Conn
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		goruntime.LockOSThread()
+		home, err := os.Open("/proc/thread-self/ns/net")
+		if err != nil {
+			goruntime.UnlockOSThread()
+			ch <- result{nil, err}
+			return
+		}
+		defer home.Close()
+		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
+			goruntime.UnlockOSThread()
+			ch <- result{nil, fmt.Errorf("runc: enter network namespace: %w", err)}
+			return
+		}
+		var d net.Dialer
+		c, err := d.DialContext(ctx, network, addr)
+		if serr := unix.Setns(int(home.Fd()), unix.CLONE_NEWNET); serr != nil {
+			// Leave the thread locked: it ends with this goroutine rather
+			// than run other goroutines in the sandbox's network.
+			ch <- result{c, err}
+			return
+		}
+		goruntime.UnlockOSThread()
+		ch <- result{c, err}
+	}()
+	res := <-ch
+	return res.c, res.err
+}
+
+var _ torpor.Dialer = (*Runtime)(nil)
