@@ -1,8 +1,11 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -24,6 +27,7 @@ func (c *cli) createCmd() *cobra.Command {
 		cpus             float64
 		mem, pids, disks int64
 		pf               policyFlags
+		hooksFile        string
 	)
 	cmd := &cobra.Command{
 		Use:   "create [flags] [-- ENTRYPOINT ARGS...]",
@@ -44,6 +48,11 @@ func (c *cli) createCmd() *cobra.Command {
 			}
 			req.Runtime = torpor.RuntimeConfig{Kind: runtimeKind, Setup: setup, Entrypoint: args}
 			req.PolicyRequest = pf.request(cmd)
+			if hooksFile != "" {
+				if req.Hooks, err = readHooks(hooksFile); err != nil {
+					return err
+				}
+			}
 			cl, err := c.client()
 			if err != nil {
 				return err
@@ -74,8 +83,25 @@ func (c *cli) createCmd() *cobra.Command {
 	f.StringArrayVarP(&md, "metadata", "m", nil, "metadata KEY=VALUE (repeatable)")
 	f.StringArrayVar(&setup, "setup", nil, "shell command run at each boot before the entrypoint (repeatable)")
 	f.StringVar(&runtimeKind, "runtime", "", "runtime (default: the server's)")
+	f.StringVar(&hooksFile, "hooks-file", "", "JSON file with a list of lifecycle hooks (see docs/hooks.md)")
+	f.BoolVar(&req.IgnoreImageHooks, "ignore-image-hooks", false, "skip the hooks the template ships")
 	pf.add(cmd)
 	return cmd
+}
+
+// readHooks reads a JSON list of hooks.
+func readHooks(path string) ([]torpor.Hook, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var hooks []torpor.Hook
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&hooks); err != nil {
+		return nil, fmt.Errorf("%s: a JSON list of hooks is expected: %w", path, err)
+	}
+	return hooks, nil
 }
 
 // policyFlags are the idle-policy flags of create and update. A value of 0
@@ -130,8 +156,9 @@ func (p *policyFlags) request(cmd *cobra.Command) torpor.PolicyRequest {
 
 func (c *cli) updateCmd() *cobra.Command {
 	var (
-		md []string
-		pf policyFlags
+		md        []string
+		pf        policyFlags
+		hooksFile string
 	)
 	cmd := &cobra.Command{
 		Use:   "update ID",
@@ -143,6 +170,16 @@ func (c *cli) updateCmd() *cobra.Command {
 				return err
 			}
 			req := torpor.UpdateRequest{PolicyRequest: pf.request(cmd)}
+			if hooksFile != "" {
+				hooks, err := readHooks(hooksFile)
+				if err != nil {
+					return err
+				}
+				if hooks == nil {
+					hooks = []torpor.Hook{}
+				}
+				req.Hooks = &hooks
+			}
 			for k, v := range meta {
 				if req.Metadata == nil {
 					req.Metadata = map[string]*string{}
@@ -166,6 +203,7 @@ func (c *cli) updateCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringArrayVarP(&md, "metadata", "m", nil, "metadata KEY=VALUE (repeatable; KEY= removes)")
+	cmd.Flags().StringVar(&hooksFile, "hooks-file", "", "JSON file with the list of hooks that replaces the sandbox's ([] removes them)")
 	pf.add(cmd)
 	return cmd
 }
@@ -281,6 +319,16 @@ func printSandbox(w io.Writer, sb *torpor.Sandbox) {
 	row("Pause modes", fmt.Sprint(sb.PauseModes))
 	row("Boots", fmt.Sprint(sb.Boots))
 	row("Meters", sb.Meters.String())
+	for _, h := range sb.Hooks {
+		target := h.Path
+		if h.Type == torpor.HookHTTP {
+			target = fmt.Sprintf("port %d %s", h.Port, h.Path)
+		}
+		row("Hook", fmt.Sprintf("on %s: %s %s (wait %v, timeout %s)", h.On, h.Type, target, h.Wait, h.Timeout()))
+	}
+	if hf := sb.HookFailure; hf != nil {
+		row("Hook failure", fmt.Sprintf("%s hook %d at %s: %s", hf.On, hf.Index, hf.At.Local().Format(time.DateTime), hf.Message))
+	}
 	p := sb.Policy()
 	pol := "none"
 	if p.IdleAction != "" {
