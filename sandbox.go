@@ -197,12 +197,29 @@ func cloneMap(m map[string]string) map[string]string {
 	return c
 }
 
-// Template is a root filesystem that sandboxes are created from. Its files
-// are shared read-only by every sandbox made from it.
+// Template is a root filesystem that sandboxes are created from, plus the
+// defaults a sandbox made from it starts with. Its files are shared
+// read-only by every sandbox made from it. See template.go.
 type Template struct {
-	Name      string    `json:"name"`
-	RootFS    string    `json:"-"`
-	CreatedAt time.Time `json:"created_at"`
+	Name string `json:"name"`
+	// RootFS is the host path of a single-directory root filesystem (the
+	// built-in base template). Unused when Layers is set.
+	RootFS string `json:"-"`
+	// Layers are the host paths of the read-only layer directories, lowest
+	// first, stacked by overlayfs. Whiteouts in them are in overlayfs form.
+	Layers []string `json:"-"`
+	// Source says where the files came from; Digest identifies them (the
+	// image manifest digest, or the single layer's digest).
+	Source TemplateSource `json:"source"`
+	Digest string         `json:"digest,omitempty"`
+	// SizeBytes is the unpacked size of its layers.
+	SizeBytes int64 `json:"size_bytes"`
+	// Defaults apply to every sandbox created from the template.
+	Defaults  TemplateDefaults `json:"defaults"`
+	CreatedAt time.Time        `json:"created_at"`
+	// InUse counts the sandboxes that are not terminated and use the
+	// template; stores fill it in when they read templates.
+	InUse int `json:"in_use"`
 }
 
 // Tenant owns sandboxes and keys; a tenant sees only its own sandboxes.

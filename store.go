@@ -55,10 +55,17 @@ type AuthStore interface {
 
 // TemplateStore keeps the templates sandboxes are made from.
 type TemplateStore interface {
-	// PutTemplate inserts or replaces a template.
+	// PutTemplate inserts or replaces a template (InUse is not stored).
 	PutTemplate(ctx context.Context, t Template) error
+	// GetTemplate returns the template with InUse filled in, or not_found.
 	GetTemplate(ctx context.Context, name string) (*Template, error)
+	// ListTemplates returns every template, sorted by name, with InUse.
 	ListTemplates(ctx context.Context) ([]Template, error)
+	// DeleteTemplate removes a template, in one transaction with the check
+	// that no sandbox that is not terminated uses it: otherwise it is a
+	// conflict whose message names such a sandbox. A missing template is
+	// not_found.
+	DeleteTemplate(ctx context.Context, name string) error
 }
 
 // Store is everything the daemon persists.
@@ -66,6 +73,7 @@ type Store interface {
 	SandboxStore
 	AuthStore
 	TemplateStore
+	WebhookStore
 	Close() error
 }
 

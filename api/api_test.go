@@ -67,7 +67,7 @@ func newFixture(t testing.TB) *fixture {
 	if err := eng.Recover(ctx); err != nil {
 		t.Fatal(err)
 	}
-	srv := api.New(api.Config{Engine: eng, Auth: st, Templates: st})
+	srv := api.New(api.Config{Engine: eng, Auth: st, Templates: st, Webhooks: st})
 	srv.SetReady()
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)
@@ -477,5 +477,38 @@ func TestFollowEvents(t *testing.T) {
 	status, eb := f.raw(t, "GET", "/v1/sandboxes/nosuch/events", f.acmeKey, "", "")
 	if status != 404 {
 		t.Fatalf("events of an unknown sandbox: %d %+v", status, eb)
+	}
+}
+
+func TestWebhooksAPI(t *testing.T) {
+	f := newFixture(t)
+	created, err := f.tenantCl.CreateWebhook(ctx, "https://hooks.example.com/torpor")
+	if err != nil || !strings.HasPrefix(created.Secret, "whsec_") || created.Tenant != "acme" {
+		t.Fatalf("create: %+v %v", created, err)
+	}
+	list, err := f.tenantCl.Webhooks(ctx)
+	if err != nil || len(list) != 1 || list[0].ID != created.ID {
+		t.Fatalf("list: %+v %v", list, err)
+	}
+	status, _ := f.raw(t, "GET", "/v1/webhooks", f.acmeKey, "", "")
+	if status != 200 {
+		t.Fatalf("list status %d", status)
+	}
+	if other, _ := f.adminCl.Webhooks(ctx); len(other) != 0 {
+		t.Fatalf("another tenant sees %d webhooks", len(other))
+	}
+	if err := f.adminCl.DeleteWebhook(ctx, created.ID); !client.IsNotFound(err) {
+		t.Fatalf("another tenant's delete: %v", err)
+	}
+	for _, bad := range []string{`{"url":"ftp://x"}`, `{"url":"http://169.254.169.254/latest"}`, `{"url":"https://user:pw@x.example"}`, `{"url":""}`} {
+		if status, eb := f.raw(t, "POST", "/v1/webhooks", f.acmeKey, "application/json", bad); status != 400 || eb.Error.Param != "url" {
+			t.Errorf("%s: %d %+v", bad, status, eb.Error)
+		}
+	}
+	if err := f.tenantCl.DeleteWebhook(ctx, created.ID); err != nil {
+		t.Fatal(err)
+	}
+	if list, _ := f.tenantCl.Webhooks(ctx); len(list) != 0 {
+		t.Fatalf("after delete: %+v", list)
 	}
 }

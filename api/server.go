@@ -13,6 +13,7 @@ import (
 
 	"github.com/torpor-dev/torpor"
 	"github.com/torpor-dev/torpor/lifecycle"
+	"github.com/torpor-dev/torpor/template"
 )
 
 // Config is what a Server needs.
@@ -21,8 +22,17 @@ type Config struct {
 	Auth   torpor.AuthStore
 	// Templates lists the templates sandboxes can be made from.
 	Templates torpor.TemplateStore
-	Clock     torpor.Clock
-	Logger    *slog.Logger
+	// TemplateManager imports, builds and removes templates; nil answers
+	// those routes with 503.
+	TemplateManager *template.Manager
+	Clock           torpor.Clock
+	Logger          *slog.Logger
+	// Webhooks keeps webhook endpoints; WebhooksChanged is told when one
+	// is added or removed (the dispatcher refreshes its loops).
+	Webhooks        torpor.WebhookStore
+	WebhooksChanged func()
+	// MaxUploadBytes bounds the body of a file or tar upload; 0: no limit.
+	MaxUploadBytes int64
 }
 
 // Server serves the native API.
@@ -30,10 +40,17 @@ type Server struct {
 	eng   *lifecycle.Engine
 	auth  torpor.AuthStore
 	tmpls torpor.TemplateStore
-	clock torpor.Clock
-	log   *slog.Logger
-	mux   *http.ServeMux
-	ready atomic.Bool
+	// tmplMgr imports, builds and removes templates (nil: not offered).
+	tmplMgr *template.Manager
+	clock   torpor.Clock
+	log     *slog.Logger
+	mux     *http.ServeMux
+	hooks   torpor.WebhookStore
+	// hooksChanged is told when a webhook is added or removed.
+	hooksChanged func()
+	// maxUpload bounds file and tar uploads (0: no limit).
+	maxUpload int64
+	ready     atomic.Bool
 }
 
 // principal is who made a request.
@@ -77,18 +94,36 @@ func (s *Server) routes() []route {
 		{"POST", "/v1/sandboxes/{id}/restart", s.verb((*lifecycle.Engine).Restart), false},
 		{"POST", "/v1/sandboxes/{id}/touch", s.verb((*lifecycle.Engine).Touch), false},
 		{"POST", "/v1/sandboxes/{id}/exec", s.exec, false},
+		{"GET", "/v1/sandboxes/{id}/files", s.readFile, false},
+		{"PUT", "/v1/sandboxes/{id}/files", s.writeFile, false},
+		{"DELETE", "/v1/sandboxes/{id}/files", s.removeFile, false},
+		{"GET", "/v1/sandboxes/{id}/files/list", s.listFiles, false},
+		{"GET", "/v1/sandboxes/{id}/files/stat", s.statFile, false},
+		{"POST", "/v1/sandboxes/{id}/files/mkdir", s.mkdir, false},
+		{"POST", "/v1/sandboxes/{id}/files/rename", s.rename, false},
+		{"GET", "/v1/sandboxes/{id}/files/tar", s.downloadTar, false},
+		{"PUT", "/v1/sandboxes/{id}/files/tar", s.uploadTar, false},
 		{"GET", "/v1/sandboxes/{id}/events", s.sandboxEvents, false},
 		{"GET", "/v1/events", s.events, false},
 		{"GET", "/v1/templates", s.templates, false},
+		{"GET", "/v1/templates/{name}", s.getTemplate, false},
+		{"DELETE", "/v1/templates/{name}", s.deleteTemplate, true},
+		{"POST", "/v1/templates", s.importTemplate, true},
+		{"POST", "/v1/templates/build", s.buildTemplate, true},
 		{"GET", "/v1/tenants", s.listTenants, true},
 		{"POST", "/v1/tenants", s.createTenant, true},
 		{"POST", "/v1/keys", s.createKey, true},
+		{"POST", "/v1/webhooks", s.createWebhook, false},
+		{"GET", "/v1/webhooks", s.listWebhooks, false},
+		{"DELETE", "/v1/webhooks/{id}", s.deleteWebhook, false},
 	}
 }
 
 // New returns a server. It answers 503 until SetReady is called.
 func New(cfg Config) *Server {
-	s := &Server{eng: cfg.Engine, auth: cfg.Auth, tmpls: cfg.Templates, clock: cfg.Clock, log: cfg.Logger, mux: http.NewServeMux()}
+	s := &Server{hooks: cfg.Webhooks, hooksChanged: cfg.WebhooksChanged, eng: cfg.Engine, auth: cfg.Auth, tmpls: cfg.Templates, clock: cfg.Clock, log: cfg.Logger, mux: http.NewServeMux()}
+	s.maxUpload = cfg.MaxUploadBytes
+	s.tmplMgr = cfg.TemplateManager
 	if s.clock == nil {
 		s.clock = torpor.SystemClock{}
 	}

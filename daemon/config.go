@@ -44,6 +44,8 @@ type Config struct {
 	DefaultHibernateAfterPaused int64   `toml:"default_hibernate_after_paused_seconds"`
 	DefaultConnectionIdle       int64   `toml:"default_connection_idle_seconds"`
 	CPUActivityThreshold        float64 `toml:"cpu_activity_threshold"`
+	// MaxUploadMiB bounds one file or tar upload through the API (0: none).
+	MaxUploadMiB int64 `toml:"max_upload_mib"`
 }
 
 // setting describes one Config field for the file, env and flag layers.
@@ -76,6 +78,7 @@ func (c *Config) settings() []setting {
 		{"default_hibernate_after_paused_seconds", "hibernate_after_paused_seconds of a sandbox that sets none (0: off)", &c.DefaultHibernateAfterPaused},
 		{"default_connection_idle_seconds", "connection_idle_seconds of a sandbox that sets none (0: off)", &c.DefaultConnectionIdle},
 		{"cpu_activity_threshold", "count a sandbox using at least this many CPUs on average as active (e.g. 0.1; 0: off)", &c.CPUActivityThreshold},
+		{"max_upload_mib", "largest file or tar archive one upload may send, in MiB (0: no limit)", &c.MaxUploadMiB},
 	}
 }
 
@@ -223,6 +226,9 @@ func (c Config) validate() error {
 		if v.n < 0 || v.n > torpor.MaxPolicySeconds {
 			return fmt.Errorf("%s must be between 0 (off) and %d, got %d", v.name, torpor.MaxPolicySeconds, v.n)
 		}
+	}
+	if c.MaxUploadMiB < 0 || c.MaxUploadMiB > 1<<30 {
+		return fmt.Errorf("max_upload_mib must be between 0 (no limit) and %d, got %d", 1<<30, c.MaxUploadMiB)
 	}
 	if c.CPUActivityThreshold < 0 || c.CPUActivityThreshold > 1024 {
 		return fmt.Errorf("cpu_activity_threshold must be between 0 (off) and 1024 CPUs, got %v", c.CPUActivityThreshold)

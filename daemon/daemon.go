@@ -22,6 +22,8 @@ import (
 	"github.com/torpor-dev/torpor/rootfs"
 	"github.com/torpor-dev/torpor/runtime/runc"
 	"github.com/torpor-dev/torpor/store/sqlite"
+	"github.com/torpor-dev/torpor/template"
+	"github.com/torpor-dev/torpor/webhook"
 )
 
 // AdminKeyFile is the name, under the data dir, of the file holding the
@@ -77,6 +79,10 @@ func Run(ctx context.Context, cfg Config, opt Options) error {
 	if err := ensureBaseTemplate(ctx, st, cfg.DataDir); err != nil {
 		return err
 	}
+	tmpls, err := template.New(ctx, template.Config{Store: st, Dir: cfg.DataDir, Logger: log})
+	if err != nil {
+		return err
+	}
 	if err := ensureAdminKey(ctx, st, cfg.DataDir, opt.Stdout); err != nil {
 		return err
 	}
@@ -97,7 +103,13 @@ func Run(ctx context.Context, cfg Config, opt Options) error {
 	}
 	defer eng.Close()
 
-	srv := api.New(api.Config{Engine: eng, Auth: st, Templates: st, Logger: log})
+	hooks := webhook.New(webhook.Config{Store: st, Changed: eng.EventsChanged, Logger: log})
+	srv := api.New(api.Config{Engine: eng, Auth: st, Templates: st, TemplateManager: tmpls, Logger: log, MaxUploadBytes: cfg.MaxUploadMiB << 20, Webhooks: st,
+		WebhooksChanged: func() {
+			if err := hooks.Refresh(ctx); err != nil {
+				log.Error("refreshing webhooks", "err", err)
+			}
+		}})
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
@@ -115,6 +127,11 @@ func Run(ctx context.Context, cfg Config, opt Options) error {
 		_ = hs.Close()
 		return err
 	}
+	if err := hooks.Run(ctx); err != nil {
+		_ = hs.Close()
+		return err
+	}
+	defer hooks.Wait()
 	srv.SetReady()
 	log.Info("ready")
 
@@ -206,10 +223,10 @@ func ensureBaseTemplate(ctx context.Context, st torpor.TemplateStore, dataDir st
 	} else if err != nil {
 		return err
 	}
-	if t, err := st.GetTemplate(ctx, BaseTemplate); err == nil && t.RootFS == dir {
+	if t, err := st.GetTemplate(ctx, BaseTemplate); err == nil && t.RootFS == dir && t.Source.Kind == torpor.SourceBuiltin {
 		return nil
 	}
-	return st.PutTemplate(ctx, torpor.Template{Name: BaseTemplate, RootFS: dir, CreatedAt: time.Now().UTC()})
+	return st.PutTemplate(ctx, torpor.Template{Name: BaseTemplate, RootFS: dir, Source: torpor.TemplateSource{Kind: torpor.SourceBuiltin}, CreatedAt: time.Now().UTC()})
 }
 
 // ensureAdminKey makes the default tenant and an admin key on first start,

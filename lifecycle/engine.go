@@ -184,6 +184,12 @@ func (e *Engine) Create(ctx context.Context, tenant string, req torpor.CreateReq
 		}
 		return nil, err
 	}
+	// The template's defaults (env, setup, entrypoint, resources) under
+	// what the request says, checked again as a whole.
+	req = tmpl.Defaults.Apply(req)
+	if res, err = req.Validate(e.limits); err != nil {
+		return nil, err
+	}
 	now := e.now()
 	rc := req.Runtime
 	rc.Kind = rt.Kind()

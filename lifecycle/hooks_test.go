@@ -218,3 +218,17 @@ func TestHookValidation(t *testing.T) {
 		})
 	}
 }
+
+func TestTemplateHooksRunUnlessIgnored(t *testing.T) {
+	e, log := hookEnv(t)
+	if err := e.store.PutTemplate(ctx, torpor.Template{Name: "hooked", RootFS: "/x", CreatedAt: time.Now(),
+		Defaults: torpor.TemplateDefaults{Hooks: []torpor.Hook{scriptHook(torpor.HookOnStart, "/image/warm")}}}); err != nil {
+		t.Fatal(err)
+	}
+	e.create(torpor.CreateRequest{Template: "hooked", Hooks: []torpor.Hook{scriptHook(torpor.HookOnStart, "/mine")}})
+	e.create(torpor.CreateRequest{Template: "hooked", IgnoreImageHooks: true, Hooks: []torpor.Hook{scriptHook(torpor.HookOnStart, "/mine")}})
+	want := "/image/warm@running,/mine@running,/mine@running"
+	if got := strings.Join(log.get(), ","); got != want {
+		t.Fatalf("hooks ran: %s, want %s", got, want)
+	}
+}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sets up and runs every test of torpor on Debian 12 as root: installs what
-# the tests need (runc, busybox-static, a Go toolchain when missing), then
+# the tests need (runc, busybox-static, debootstrap, a Go toolchain when missing), then
 # runs go vet and the whole suite, so that nothing skips.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -10,7 +10,7 @@ cd "$ROOT"
 if [[ $(id -u) -ne 0 ]]; then
   echo "warning: not root: the runc and end-to-end tests will skip" >&2
 fi
-apt_install runc busybox-static ca-certificates
+apt_install runc busybox-static ca-certificates debootstrap
 ensure_go
 echo "==> $(go version)"
 
@@ -32,3 +32,5 @@ rest=$(go list ./... | grep -v -x -F "$(go list "${race[@]}")")
 go test -count=1 -p 1 -timeout 20m $rest
 echo "==> fuzzing the create body for 20s"
 go test -run '^$' -fuzz FuzzCreateBody -fuzztime 20s ./api/
+echo "==> fuzzing confined file paths for 20s"
+go test -run '^$' -fuzz FuzzPaths -fuzztime 20s ./files/

@@ -133,3 +133,20 @@ type TenantList struct {
 type TemplateList struct {
 	Templates []torpor.Template `json:"templates"`
 }
+
+// WebhookRequest is the body of POST /v1/webhooks.
+type WebhookRequest struct {
+	URL string `json:"url"`
+}
+
+// WebhookCreated answers POST /v1/webhooks: the signing secret is shown
+// only here.
+type WebhookCreated struct {
+	torpor.Webhook
+	Secret string `json:"secret"`
+}
+
+// WebhookList is the body of GET /v1/webhooks.
+type WebhookList struct {
+	Webhooks []torpor.Webhook `json:"webhooks"`
+}

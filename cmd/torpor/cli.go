@@ -42,13 +42,14 @@ func newRoot(c *cli) *cobra.Command {
 	root.AddCommand(
 		c.serveCmd(),
 		c.createCmd(), c.lsCmd(), c.getCmd(), c.updateCmd(), c.execCmd(),
+		c.filesCmd(), c.cpCmd(),
 		c.verbCmd("pause", nil, "Freeze a running sandbox: its processes stop, its memory stays"),
 		c.verbCmd("start", []string{"resume", "connect"}, "Continue a paused sandbox, or boot a hibernated one"),
 		c.verbCmd("hibernate", nil, "Stop a sandbox's processes and keep every file on its disk"),
 		c.verbCmd("restart", nil, "Boot a running sandbox again on a fresh instance (disk kept)"),
 		c.verbCmd("touch", nil, "Record activity on a sandbox"),
 		c.verbCmd("rm", []string{"delete"}, "Terminate a sandbox and remove its disk"),
-		c.eventsCmd(), c.templatesCmd(), c.keysCmd(), c.tenantsCmd(),
+		c.eventsCmd(), c.templateCmd(), c.keysCmd(), c.tenantsCmd(), c.webhooksCmd(),
 	)
 	return root
 }

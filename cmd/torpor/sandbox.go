@@ -525,28 +525,3 @@ func (c *cli) eventsCmd() *cobra.Command {
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new events")
 	return cmd
 }
-
-func (c *cli) templatesCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "templates",
-		Short: "List templates",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := c.client()
-			if err != nil {
-				return err
-			}
-			ts, err := cl.Templates(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if c.json {
-				return c.printJSON(ts)
-			}
-			for _, t := range ts {
-				fmt.Fprintln(c.stdout, t.Name)
-			}
-			return nil
-		},
-	}
-}

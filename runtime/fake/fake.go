@@ -27,6 +27,9 @@ type Host struct {
 	DialFunc func(ctx context.Context, id, network, addr string) (net.Conn, error)
 	// BootHook, when set, runs at the start of every Boot.
 	BootHook func(ctx context.Context, spec torpor.BootSpec) error
+	// FilesDir, when set, holds each sandbox's root filesystem as a
+	// directory FilesDir/<id> (see RootFS).
+	FilesDir string
 	boots    map[string]int
 	cpu      map[string]time.Duration
 }

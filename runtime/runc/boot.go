@@ -64,12 +64,8 @@ func validateBoot(spec torpor.BootSpec) error {
 	if !torpor.ValidID(spec.SandboxID) {
 		return torpor.Invalid("sandbox_id", "invalid sandbox id %q", spec.SandboxID)
 	}
-	lower := spec.Template.RootFS
-	if lower == "" || !filepath.IsAbs(lower) || strings.ContainsAny(lower, ",:\\\x00") {
-		return torpor.Invalid("template", "template %q has no usable root filesystem path", spec.Template.Name)
-	}
-	if fi, err := os.Stat(lower); err != nil || !fi.IsDir() {
-		return torpor.Invalid("template", "root filesystem of template %q is missing", spec.Template.Name)
+	if err := validateLowers(spec.Template); err != nil {
+		return err
 	}
 	if spec.Hostname != "" && !validHostname(spec.Hostname) {
 		return torpor.Invalid("hostname", "invalid host name %q", spec.Hostname)
@@ -138,7 +134,7 @@ func (r *Runtime) start(ctx context.Context, spec torpor.BootSpec) (instance, er
 	if err := os.Mkdir(r.runDir(id), 0o755); err != nil {
 		return instance{}, err
 	}
-	if err := mountOverlay(spec.Template.RootFS, r.upperDir(id), r.workDir(id), r.rootfsDir(id)); err != nil {
+	if err := mountLayers(spec.Template.LowerDirs(), r.upperDir(id), r.workDir(id), r.rootfsDir(id), filepath.Join(r.dir, "l")); err != nil {
 		return instance{}, err
 	}
 	config := buildSpec(specInput{

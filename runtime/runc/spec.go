@@ -160,7 +160,7 @@ func buildSpec(in specInput) ociSpec {
 		Process: ociProcess{
 			Args: args,
 			Env:  buildEnv(b.Env),
-			Cwd:  "/",
+			Cwd:  workingDir(b.Template),
 			Capabilities: ociCapabilities{
 				Bounding: defaultCaps, Effective: defaultCaps, Permitted: defaultCaps, Ambient: defaultCaps,
 			},

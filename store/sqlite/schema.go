@@ -71,6 +71,15 @@ CREATE TABLE events (
 CREATE INDEX events_by_sandbox ON events (sandbox_id, seq);
 CREATE INDEX events_by_tenant ON events (tenant, seq);
 `,
+		// 2: templates keep their layers, source and defaults (JSON, see
+		// templateRecord); sandboxes are found by template for the in-use
+		// check.
+		`
+ALTER TABLE templates ADD COLUMN record TEXT NOT NULL DEFAULT '{}';
+CREATE INDEX sandboxes_by_template ON sandboxes (json_extract(record, '$.template'), state);
+`,
+		// 3: webhooks and their delivery cursors (webhooks.go).
+		webhooksSchema,
 	}
 }
 

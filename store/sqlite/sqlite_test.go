@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -82,7 +83,7 @@ func TestPragmas(t *testing.T) {
 		{"synchronous", "2"}, // FULL
 		{"foreign_keys", "1"},
 		{"busy_timeout", "10000"},
-		{"user_version", "1"},
+		{"user_version", strconv.Itoa(sqlite.SchemaVersion())},
 	} {
 		for _, db := range s.DBsForTest() {
 			var got string
@@ -108,8 +109,8 @@ func TestOpenRefusesNewerSchema(t *testing.T) {
 	if !errors.As(err, &verr) {
 		t.Fatalf("Open of a schema-99 database: %v, want a *SchemaVersionError", err)
 	}
-	if verr.Found != 99 || verr.Supported != 1 {
-		t.Errorf("SchemaVersionError = %+v, want Found 99 and Supported 1", verr)
+	if verr.Found != 99 || verr.Supported != sqlite.SchemaVersion() {
+		t.Errorf("SchemaVersionError = %+v, want Found 99 and Supported %d", verr, sqlite.SchemaVersion())
 	}
 	t.Logf("error: %v", err)
 	if got := userVersion(t, path); got != 99 {
@@ -123,8 +124,8 @@ func TestReopenKeepsSchema(t *testing.T) {
 	for range 3 {
 		open(t, path).Close()
 	}
-	if got := userVersion(t, path); got != 1 {
-		t.Errorf("user_version after three opens = %d, want 1", got)
+	if got := userVersion(t, path); got != sqlite.SchemaVersion() {
+		t.Errorf("user_version after three opens = %d, want %d", got, sqlite.SchemaVersion())
 	}
 }
 

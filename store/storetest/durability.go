@@ -57,6 +57,7 @@ func testSurvivesRestart(t *testing.T, h *harness) {
 		t.Fatalf("APIKeyByHash after restart: %v", err)
 	}
 	checkSame(t, "API key after restart", gotKey, &key)
+	tpl.InUse = 1 // sb_plain, made from base, is not terminated
 	checkSame(t, "template after restart", h.getTemplate("base"), &tpl)
 
 	// Versions carry on: the old struct is current, an older one is stale.

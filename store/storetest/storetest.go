@@ -54,6 +54,7 @@ func Run(t *testing.T, open Opener) {
 		{"Tenants", tenantTests()},
 		{"APIKeys", apiKeyTests()},
 		{"Templates", templateTests()},
+		{"Webhooks", webhookTests()},
 		{"Durability", durabilityTests()},
 		{"Context", contextTests()},
 		{"Concurrency", concurrencyTests()},

@@ -1,0 +1,254 @@
+// Package webhook delivers each tenant's events to its registered
+// endpoints: signed with HMAC-SHA256 over the timestamp and the body,
+// retried with backoff until acknowledged, in order, at least once, from a
+// cursor kept in the store so that a daemon restart loses nothing.
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/torpor-dev/torpor"
+)
+
+// Headers of a delivery.
+const (
+	HeaderSignature = "Torpor-Signature"
+	HeaderTimestamp = "Torpor-Timestamp"
+	HeaderWebhookID = "Torpor-Webhook-Id"
+	HeaderEventSeq  = "Torpor-Event-Seq"
+)
+
+// Store is what the dispatcher reads and writes.
+type Store interface {
+	torpor.WebhookStore
+	ListEvents(ctx context.Context, f torpor.EventFilter) ([]torpor.Event, error)
+}
+
+// Config is what a Dispatcher needs.
+type Config struct {
+	Store Store
+	// Changed returns a channel closed when new events are stored (the
+	// engine's EventsChanged); the dispatcher also polls every second.
+	Changed func() <-chan struct{}
+	Logger  *slog.Logger
+	// Client sends deliveries; nil uses one that refuses link-local
+	// addresses and times out after 10 s.
+	Client *http.Client
+	// Backoff is the first wait after a failed delivery (default 1 s); it
+	// doubles up to MaxBackoff (default 5 minutes).
+	Backoff, MaxBackoff time.Duration
+}
+
+// Dispatcher runs one delivery loop per webhook.
+type Dispatcher struct {
+	cfg     Config
+	log     *slog.Logger
+	mu      sync.Mutex
+	workers map[string]context.CancelFunc
+	wg      sync.WaitGroup
+	ctx     context.Context
+}
+
+// New returns a dispatcher; Run starts it.
+func New(cfg Config) *Dispatcher {
+	if cfg.Client == nil {
+		cfg.Client = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: safeDialer().DialContext}}
+	}
+	if cfg.Backoff <= 0 {
+		cfg.Backoff = time.Second
+	}
+	if cfg.MaxBackoff <= 0 {
+		cfg.MaxBackoff = 5 * time.Minute
+	}
+	if cfg.Changed == nil {
+		never := make(chan struct{})
+		cfg.Changed = func() <-chan struct{} { return never }
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Dispatcher{cfg: cfg, log: log, workers: map[string]context.CancelFunc{}}
+}
+
+// safeDialer refuses to connect to link-local and unspecified addresses,
+// whatever name resolved to them.
+func safeDialer() *net.Dialer {
+	return &net.Dialer{Timeout: 10 * time.Second, Control: func(network, address string, _ syscall.RawConn) error {
+		host, _, err := net.SplitHostPort(address)
+		if err != nil {
+			return err
+		}
+		if ip := net.ParseIP(host); ip != nil && (ip.IsLinkLocalUnicast() || ip.IsUnspecified() || ip.IsMulticast()) {
+			return fmt.Errorf("webhook: refusing to deliver to %s", ip)
+		}
+		return nil
+	}}
+}
+
+// Run starts a loop for every stored webhook and returns; the loops stop
+// when ctx ends. Call Refresh after adding or removing webhooks.
+func (d *Dispatcher) Run(ctx context.Context) error {
+	d.mu.Lock()
+	d.ctx = ctx
+	d.mu.Unlock()
+	return d.Refresh(ctx)
+}
+
+// Wait waits for every loop to stop after Run's context ended.
+func (d *Dispatcher) Wait() { d.wg.Wait() }
+
+// Refresh starts loops for new webhooks and stops those of deleted ones.
+func (d *Dispatcher) Refresh(ctx context.Context) error {
+	hooks, err := d.cfg.Store.ListWebhooks(ctx, "")
+	if err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.ctx == nil {
+		return nil // not running
+	}
+	seen := map[string]bool{}
+	for _, w := range hooks {
+		seen[w.ID] = true
+		if _, ok := d.workers[w.ID]; ok {
+			continue
+		}
+		wctx, cancel := context.WithCancel(d.ctx)
+		d.workers[w.ID] = cancel
+		d.wg.Add(1)
+		go func(w torpor.Webhook) {
+			defer d.wg.Done()
+			d.loop(wctx, w)
+		}(w)
+	}
+	for id, cancel := range d.workers {
+		if !seen[id] {
+			cancel()
+			delete(d.workers, id)
+		}
+	}
+	return nil
+}
+
+// loop delivers w's tenant's events in order from w's cursor.
+func (d *Dispatcher) loop(ctx context.Context, w torpor.Webhook) {
+	cursor := w.Cursor
+	for ctx.Err() == nil {
+		changed := d.cfg.Changed()
+		evs, err := d.cfg.Store.ListEvents(ctx, torpor.EventFilter{After: cursor, Tenant: w.Tenant, Limit: 100})
+		if err != nil || len(evs) == 0 {
+			select {
+			case <-ctx.Done():
+			case <-changed:
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		for _, ev := range evs {
+			if !d.deliverWithRetry(ctx, w, ev) {
+				return
+			}
+			cursor = ev.Seq
+			if err := d.cfg.Store.SetWebhookCursor(context.WithoutCancel(ctx), w.ID, cursor); err != nil {
+				d.log.Error("webhook cursor", "webhook", w.ID, "err", err)
+			}
+		}
+	}
+}
+
+// deliverWithRetry sends ev until the endpoint acknowledges it; false when
+// ctx ended first.
+func (d *Dispatcher) deliverWithRetry(ctx context.Context, w torpor.Webhook, ev torpor.Event) bool {
+	wait := d.cfg.Backoff
+	for attempt := 1; ; attempt++ {
+		err := d.deliver(ctx, w, ev)
+		if err == nil {
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		d.log.Warn("webhook delivery failed; retrying", "webhook", w.ID, "seq", ev.Seq, "attempt", attempt, "in", wait, "err", err)
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(wait):
+		}
+		wait = min(wait*2, d.cfg.MaxBackoff)
+	}
+}
+
+// deliver POSTs one event, signed.
+func (d *Dispatcher) deliver(ctx context.Context, w torpor.Webhook, ev torpor.Event) error {
+	body, err := json.Marshal(ev)
+	if err != nil {
+		return err
+	}
+	ts := strconv.FormatInt(time.Now().Unix(), 10)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.URL, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(HeaderTimestamp, ts)
+	req.Header.Set(HeaderSignature, "v1="+Sign(w.Secret, ts, body))
+	req.Header.Set(HeaderWebhookID, w.ID)
+	req.Header.Set(HeaderEventSeq, strconv.FormatInt(ev.Seq, 10))
+	resp, err := d.cfg.Client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return fmt.Errorf("the endpoint answered %s", resp.Status)
+	}
+	return nil
+}
+
+// Sign returns the hex HMAC-SHA256, keyed with secret, of the timestamp, a
+// dot and the body: what a receiver recomputes to check a delivery.
+func Sign(secret, timestamp string, body []byte) string {
+	m := hmac.New(sha256.New, []byte(secret))
+	m.Write([]byte(timestamp))
+	m.Write([]byte("."))
+	m.Write(body)
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// Verify checks a delivery's signature header against secret, and that its
+// timestamp is within tolerance of now (0: any age).
+func Verify(secret string, header http.Header, body []byte, tolerance time.Duration, now time.Time) error {
+	ts := header.Get(HeaderTimestamp)
+	sig, ok := bytes.CutPrefix([]byte(header.Get(HeaderSignature)), []byte("v1="))
+	if ts == "" || !ok {
+		return errors.New("webhook: unsigned delivery")
+	}
+	if !hmac.Equal(sig, []byte(Sign(secret, ts, body))) {
+		return errors.New("webhook: bad signature")
+	}
+	if tolerance > 0 {
+		sec, err := strconv.ParseInt(ts, 10, 64)
+		if err != nil || now.Sub(time.Unix(sec, 0)).Abs() > tolerance {
+			return errors.New("webhook: stale or malformed timestamp")
+		}
+	}
+	return nil
+}
