@@ -4,7 +4,6 @@
 package client
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -296,44 +295,37 @@ func (c *Client) ExecStream(ctx context.Context, id string, req ExecRequest, std
 		return nil, err
 	}
 	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 16<<20)
-	var event string
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case strings.HasPrefix(line, "event: "):
-			event = strings.TrimPrefix(line, "event: ")
-		case strings.HasPrefix(line, "data: "):
-			data := []byte(strings.TrimPrefix(line, "data: "))
-			switch event {
-			case wire.EventStdout, wire.EventStderr:
-				var ch wire.ExecChunk
-				if err := json.Unmarshal(data, &ch); err != nil {
-					return nil, fmt.Errorf("client: bad output event: %w", err)
-				}
-				w := stdout
-				if event == wire.EventStderr {
-					w = stderr
-				}
-				if w != nil {
-					_, _ = io.WriteString(w, ch.Data)
-				}
-			case wire.EventExit:
-				var res ExecResult
-				if err := json.Unmarshal(data, &res); err != nil {
-					return nil, fmt.Errorf("client: bad exit event: %w", err)
-				}
-				return &res, nil
-			case wire.EventError:
-				var eb wire.ErrorBody
-				_ = json.Unmarshal(data, &eb)
-				return nil, &torpor.Error{Code: eb.Error.Code, Message: eb.Error.Message}
+	var res *ExecResult
+	err = readEvents(resp.Body, func(event string, data []byte) (bool, error) {
+		switch event {
+		case wire.EventStdout, wire.EventStderr:
+			var ch wire.ExecChunk
+			if err := json.Unmarshal(data, &ch); err != nil {
+				return true, fmt.Errorf("client: bad output event: %w", err)
 			}
+			w := stdout
+			if event == wire.EventStderr {
+				w = stderr
+			}
+			if w != nil {
+				_, _ = io.WriteString(w, ch.Data)
+			}
+		case wire.EventExit:
+			res = &ExecResult{}
+			if err := json.Unmarshal(data, res); err != nil {
+				return true, fmt.Errorf("client: bad exit event: %w", err)
+			}
+			return true, nil
+		case wire.EventError:
+			return true, streamError(data)
 		}
-	}
-	if err := sc.Err(); err != nil {
+		return false, nil
+	})
+	if err != nil {
 		return nil, err
+	}
+	if res != nil {
+		return res, nil
 	}
 	return nil, errors.New("client: the exec stream ended without an exit status")
 }

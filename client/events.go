@@ -1,13 +1,11 @@
 package client
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/url"
 	"strconv"
-	"strings"
 
 	"github.com/torpor-dev/torpor"
 )
@@ -26,24 +24,19 @@ func (c *Client) FollowEvents(ctx context.Context, id string, since int64, fn fu
 		return since, err
 	}
 	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 4<<20)
-	for sc.Scan() {
-		data, ok := strings.CutPrefix(sc.Text(), "data: ")
-		if !ok {
-			continue // id:, event:, comments and blank lines
-		}
+	err = readEvents(resp.Body, func(_ string, data []byte) (bool, error) {
 		var ev torpor.Event
-		if err := json.Unmarshal([]byte(data), &ev); err != nil {
-			return since, fmt.Errorf("client: bad event: %w", err)
+		if err := json.Unmarshal(data, &ev); err != nil {
+			return true, fmt.Errorf("client: bad event: %w", err)
 		}
 		if err := fn(ev); err != nil {
-			return since, err
+			return true, err
 		}
 		since = ev.Seq
-	}
+		return false, nil
+	})
 	if ctx.Err() != nil {
 		return since, ctx.Err()
 	}
-	return since, sc.Err()
+	return since, err
 }

@@ -1,13 +1,11 @@
 package client
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
-	"strings"
 
 	"github.com/torpor-dev/torpor"
 	"github.com/torpor-dev/torpor/api/wire"
@@ -46,43 +44,41 @@ func (c *Client) makeTemplate(ctx context.Context, path string, req any, progres
 		return nil, err
 	}
 	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 16<<20)
-	var event string
-	for sc.Scan() {
-		line := sc.Text()
-		if e, ok := strings.CutPrefix(line, "event: "); ok {
-			event = e
-			continue
-		}
-		data, ok := strings.CutPrefix(line, "data: ")
-		if !ok {
-			continue
-		}
+	var tmpl *torpor.Template
+	err = readEvents(resp.Body, func(event string, data []byte) (bool, error) {
 		switch event {
 		case wire.EventProgress:
 			var p wire.TemplateProgress
-			if err := json.Unmarshal([]byte(data), &p); err != nil {
-				return nil, fmt.Errorf("client: bad progress event: %w", err)
+			if err := json.Unmarshal(data, &p); err != nil {
+				return true, fmt.Errorf("client: bad progress event: %w", err)
 			}
 			if progress != nil {
 				progress(p.Message)
 			}
 		case wire.EventTemplate:
-			var t torpor.Template
-			if err := json.Unmarshal([]byte(data), &t); err != nil {
-				return nil, fmt.Errorf("client: bad template event: %w", err)
+			tmpl = &torpor.Template{}
+			if err := json.Unmarshal(data, tmpl); err != nil {
+				return true, fmt.Errorf("client: bad template event: %w", err)
 			}
-			return &t, nil
+			return true, nil
 		case wire.EventError:
-			var eb wire.ErrorBody
-			_ = json.Unmarshal([]byte(data), &eb)
-			d := eb.Error
-			return nil, &torpor.Error{Code: d.Code, Message: d.Message, Param: d.Param, Reason: d.Reason}
+			return true, streamError(data)
 		}
-	}
-	if err := sc.Err(); err != nil {
+		return false, nil
+	})
+	if err != nil {
 		return nil, err
 	}
-	return nil, errors.New("client: the template stream ended without a result")
+	if tmpl == nil {
+		return nil, errors.New("client: the template stream ended without a result")
+	}
+	return tmpl, nil
+}
+
+// streamError turns an "error" event of a stream into *torpor.Error.
+func streamError(data []byte) error {
+	var eb wire.ErrorBody
+	_ = json.Unmarshal(data, &eb)
+	d := eb.Error
+	return &torpor.Error{Code: d.Code, Message: d.Message, Param: d.Param, Reason: d.Reason, State: d.State}
 }
