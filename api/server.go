@@ -27,6 +27,11 @@ type Config struct {
 	TemplateManager *template.Manager
 	Clock           torpor.Clock
 	Logger          *slog.Logger
+	// Metrics, when set, is served at GET /metrics (without
+	// authentication: it holds only aggregate figures); Requests is told
+	// of every request.
+	Metrics  http.Handler
+	Requests RequestObserver
 	// Webhooks keeps webhook endpoints; WebhooksChanged is told when one
 	// is added or removed (the dispatcher refreshes its loops).
 	Webhooks        torpor.WebhookStore
@@ -37,9 +42,11 @@ type Config struct {
 
 // Server serves the native API.
 type Server struct {
-	eng   *lifecycle.Engine
-	auth  torpor.AuthStore
-	tmpls torpor.TemplateStore
+	// requests is told of every request (metrics).
+	requests RequestObserver
+	eng      *lifecycle.Engine
+	auth     torpor.AuthStore
+	tmpls    torpor.TemplateStore
 	// tmplMgr imports, builds and removes templates (nil: not offered).
 	tmplMgr *template.Manager
 	clock   torpor.Clock
@@ -76,7 +83,7 @@ func Routes() []string {
 	for _, rt := range s.routes() {
 		out = append(out, rt.method+" "+rt.path)
 	}
-	return append(out, "GET /healthz")
+	return append(out, "GET /healthz", "GET /metrics")
 }
 
 func (s *Server) routes() []route {
@@ -121,7 +128,7 @@ func (s *Server) routes() []route {
 
 // New returns a server. It answers 503 until SetReady is called.
 func New(cfg Config) *Server {
-	s := &Server{hooks: cfg.Webhooks, hooksChanged: cfg.WebhooksChanged, eng: cfg.Engine, auth: cfg.Auth, tmpls: cfg.Templates, clock: cfg.Clock, log: cfg.Logger, mux: http.NewServeMux()}
+	s := &Server{requests: cfg.Requests, hooks: cfg.Webhooks, hooksChanged: cfg.WebhooksChanged, eng: cfg.Engine, auth: cfg.Auth, tmpls: cfg.Templates, clock: cfg.Clock, log: cfg.Logger, mux: http.NewServeMux()}
 	s.maxUpload = cfg.MaxUploadBytes
 	s.tmplMgr = cfg.TemplateManager
 	if s.clock == nil {
@@ -141,6 +148,9 @@ func New(cfg Config) *Server {
 	for _, rt := range s.routes() {
 		s.mux.Handle(rt.method+" "+rt.path, s.wrap(rt))
 	}
+	if cfg.Metrics != nil {
+		s.mux.Handle("GET /metrics", cfg.Metrics)
+	}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, torpor.Errorf(torpor.ENotFound, "no endpoint %s %s", r.Method, r.URL.Path))
 	})
@@ -158,15 +168,40 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // wrap authenticates, checks readiness and admin rights, and turns a
 // handler's error into the error response.
 func (s *Server) wrap(rt route) http.Handler {
+	pattern := rt.method + " " + rt.path
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		err := s.serve(w, r, rt)
+		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+		err := s.serve(rec, r, rt)
 		if err != nil {
-			s.writeError(w, r, err)
+			s.writeError(rec, r, err)
 		}
 		s.log.Debug("request", "method", r.Method, "path", r.URL.Path, "took", time.Since(start), "code", torpor.ErrorCodeOf(err))
+		if s.requests != nil {
+			s.requests.Request(pattern, rec.status, time.Since(start))
+		}
 	})
 }
+
+// RequestObserver is told of every API request, for metrics.
+type RequestObserver interface {
+	Request(route string, status int, took time.Duration)
+}
+
+// statusRecorder remembers the status a handler wrote.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	r.status = code
+	r.ResponseWriter.WriteHeader(code)
+}
+
+// Unwrap lets http.ResponseController reach the real writer (flushes of
+// streams).
+func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request, rt route) error {
 	if !s.ready.Load() {

@@ -19,6 +19,7 @@ import (
 	"github.com/torpor-dev/torpor"
 	"github.com/torpor-dev/torpor/api"
 	"github.com/torpor-dev/torpor/lifecycle"
+	"github.com/torpor-dev/torpor/metrics"
 	"github.com/torpor-dev/torpor/rootfs"
 	"github.com/torpor-dev/torpor/runtime/runc"
 	"github.com/torpor-dev/torpor/store/sqlite"
@@ -86,7 +87,11 @@ func Run(ctx context.Context, cfg Config, opt Options) error {
 	if err := ensureAdminKey(ctx, st, cfg.DataDir, opt.Stdout); err != nil {
 		return err
 	}
+	// The gauges read the engine, which does not exist yet: bind late.
+	var engRef *lifecycle.Engine
+	mets := metrics.New(lateSource{&engRef})
 	eng, err := lifecycle.New(lifecycle.Config{
+		Observer:       mets,
 		Store:          st,
 		Runtimes:       []torpor.Runtime{rt},
 		DefaultRuntime: cfg.Runtime,
@@ -102,6 +107,7 @@ func Run(ctx context.Context, cfg Config, opt Options) error {
 		return err
 	}
 	defer eng.Close()
+	engRef = eng
 
 	hooks := webhook.New(webhook.Config{Store: st, Changed: eng.EventsChanged, Logger: log})
 	srv := api.New(api.Config{Engine: eng, Auth: st, Templates: st, TemplateManager: tmpls, Logger: log, MaxUploadBytes: cfg.MaxUploadMiB << 20, Webhooks: st,
@@ -167,6 +173,23 @@ func (c Config) limits() torpor.Limits {
 		Default: torpor.Resources{VCPUs: c.DefaultVCPUs, MemoryMiB: c.DefaultMemoryMiB, Pids: c.DefaultPids, DiskMiB: c.DefaultDiskMiB},
 		Max:     torpor.Resources{VCPUs: c.MaxVCPUs, MemoryMiB: c.MaxMemoryMiB, Pids: c.MaxPids, DiskMiB: c.MaxDiskMiB},
 	}
+}
+
+// lateSource reads the engine once it exists (metrics are made before it).
+type lateSource struct{ eng **lifecycle.Engine }
+
+func (l lateSource) StateCounts() map[torpor.State]int {
+	if *l.eng == nil {
+		return nil
+	}
+	return (*l.eng).StateCounts()
+}
+
+func (l lateSource) CapacityUsed() (float64, float64, lifecycle.Capacity) {
+	if *l.eng == nil {
+		return 0, 0, lifecycle.Capacity{}
+	}
+	return (*l.eng).CapacityUsed()
 }
 
 // vcpuOvercommit is how many sandbox vCPUs one core lends by default:

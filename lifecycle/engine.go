@@ -39,6 +39,9 @@ type Config struct {
 	// computing is not paused under its work. Needs a runtime that reports
 	// CPU use (torpor.CPUReporter).
 	CPUActivity float64
+	// Observer is told of transitions, hook runs and scheduler lag (for
+	// metrics); nil tells no one.
+	Observer Observer
 	// Failpoint, when set, is called at named points of each transition
 	// ("pause.before-runtime", "pause.after-runtime", ...). Crash tests use
 	// it to kill the daemon mid-transition; production leaves it nil.
@@ -66,6 +69,10 @@ type Engine struct {
 
 	evMu sync.Mutex
 	evCh chan struct{}
+
+	obs      Observer
+	statesMu sync.Mutex
+	states   map[string]torpor.State
 
 	cpuActivity float64
 	cpuMu       sync.Mutex
@@ -99,6 +106,8 @@ func New(cfg Config) (*Engine, error) {
 		busy:      map[string]int{},
 
 		evCh:        make(chan struct{}),
+		obs:         cfg.Observer,
+		states:      map[string]torpor.State{},
 		cpuActivity: cfg.CPUActivity,
 		cpuSamples:  map[string]cpuSample{},
 	}
@@ -122,6 +131,9 @@ func New(cfg Config) (*Engine, error) {
 	}
 	if e.fail == nil {
 		e.fail = func(string) {}
+	}
+	if e.obs == nil {
+		e.obs = nopObserver{}
 	}
 	e.bg, e.stopBG = context.WithCancel(context.Background())
 	e.sched = newScheduler(e.clock, e.sweep)
@@ -226,10 +238,13 @@ func (e *Engine) Create(ctx context.Context, tenant string, req torpor.CreateReq
 		return nil, err
 	}
 	e.announce()
+	e.noteState(sb)
 	e.fail("create.before-runtime")
+	start := time.Now()
 	if err := e.boot(ctx, sb, rt, *tmpl, torpor.EventStarted, CauseAPI); err != nil {
 		return nil, err
 	}
+	e.observe("create", CauseAPI, start)
 	return e.view(sb), nil
 }
 
@@ -256,7 +271,10 @@ func (e *Engine) view(sb *torpor.Sandbox) *torpor.Sandbox {
 // save stores sb with events, then brings the capacity ledger and the
 // scheduler up to date with it. Every change of a sandbox goes through it.
 func (e *Engine) save(ctx context.Context, sb *torpor.Sandbox, events ...torpor.Event) error {
-	if err := e.store.UpdateSandbox(context.WithoutCancel(ctx), sb, events...); err != nil {
+	start := time.Now()
+	err := e.store.UpdateSandbox(context.WithoutCancel(ctx), sb, events...)
+	e.obs.StoreWrite(time.Since(start))
+	if err != nil {
 		return err
 	}
 	e.track(sb)
@@ -284,6 +302,7 @@ func (e *Engine) announce() {
 
 // track records what sb holds and when the idle engine acts on it next.
 func (e *Engine) track(sb *torpor.Sandbox) {
+	e.noteState(sb)
 	e.ledger.record(sb.ID, sb.State, sb.Resources)
 	if evs := plan(sb, e.maxPaused); len(evs) > 0 {
 		e.sched.set(sb.ID, evs[0].At)
@@ -340,6 +359,7 @@ func (e *Engine) recordFailure(ctx context.Context, sb *torpor.Sandbox, f *torpo
 	sb.PauseMode = ""
 	ev := e.event(sb, torpor.EventFailed, "code", f.Code, "message", f.Message)
 	e.log.Warn("sandbox failed", "sandbox", sb.ID, "code", f.Code, "message", f.Message)
+	e.obs.Transition("fail", f.Code, 0)
 	return e.setState(ctx, sb, torpor.StateFailed, ev)
 }
 

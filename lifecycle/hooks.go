@@ -65,6 +65,7 @@ func (e *Engine) runHooks(ctx context.Context, sb *torpor.Sandbox, on string) {
 // recordHook stores a hook run's outcome as an event, and a failure on the
 // sandbox too.
 func (e *Engine) recordHook(ctx context.Context, sb *torpor.Sandbox, i int, h torpor.Hook, err error) {
+	e.obs.HookRan(h.On, err != nil)
 	attrs := []string{"on", h.On, "index", strconv.Itoa(i), "type", h.Type}
 	typ := EventHookRan
 	if err != nil {

@@ -67,6 +67,12 @@ func (e *Engine) pause(ctx context.Context, sb *torpor.Sandbox, mode torpor.Paus
 	if !supports(rt, mode) {
 		return torpor.Invalid("mode", "the %s runtime cannot pause by %q; it can: %v", rt.Kind(), mode, rt.PauseModes())
 	}
+	start := time.Now()
+	defer func() {
+		if sb.State == torpor.StatePaused {
+			e.observe("pause", cause, start)
+		}
+	}()
 	if sb.State == torpor.StateRunning {
 		e.runHooks(ctx, sb, torpor.HookOnPause)
 	}
@@ -130,6 +136,7 @@ func (e *Engine) start(ctx context.Context, sb *torpor.Sandbox, cause string) er
 }
 
 func (e *Engine) resume(ctx context.Context, sb *torpor.Sandbox, cause string) error {
+	defer e.observeIfRunning(sb, "resume", cause, time.Now())
 	rt, err := e.runtime(sb.Runtime.Kind)
 	if err != nil {
 		return err
@@ -165,6 +172,11 @@ func (e *Engine) resume(ctx context.Context, sb *torpor.Sandbox, cause string) e
 
 // coldStart boots sb fresh on its disk through the in-between state via.
 func (e *Engine) coldStart(ctx context.Context, sb *torpor.Sandbox, via torpor.State, evType, cause string) error {
+	kind := "start"
+	if via == torpor.StateRestarting {
+		kind = "restart"
+	}
+	defer e.observeIfRunning(sb, kind, cause, time.Now())
 	rt, err := e.runtime(sb.Runtime.Kind)
 	if err != nil {
 		return err
@@ -207,6 +219,12 @@ func (e *Engine) hibernate(ctx context.Context, sb *torpor.Sandbox, cause string
 	if err != nil {
 		return err
 	}
+	start := time.Now()
+	defer func() {
+		if sb.State == torpor.StateHibernated {
+			e.observe("hibernate", cause, start)
+		}
+	}()
 	e.unwatch(sb.ID)
 	if err := e.setState(ctx, sb, torpor.StateHibernating); err != nil {
 		return err
@@ -281,6 +299,12 @@ func (e *Engine) terminate(ctx context.Context, sb *torpor.Sandbox, cause string
 	if err != nil {
 		return err
 	}
+	start := time.Now()
+	defer func() {
+		if sb.State == torpor.StateTerminated {
+			e.observe("terminate", cause, start)
+		}
+	}()
 	if hasHooks(sb, torpor.HookOnTerminate) {
 		// Terminate hooks run in a live instance: thaw a paused one first;
 		// it is about to go anyway.
@@ -427,9 +451,11 @@ func (e *Engine) wake(ctx context.Context, sb *torpor.Sandbox, what string) erro
 			return &torpor.Error{Code: torpor.EConflict, State: sb.State, Reason: "paused",
 				Message: fmt.Sprintf("sandbox %s is %s and auto_resume is off; call connect (or start) first", sb.ID, sb.State)}
 		}
+		start := time.Now()
 		if err := e.start(ctx, sb, CauseAuto); err != nil {
 			return err
 		}
+		e.obs.Transition("auto_resume_wait", CauseAuto, time.Since(start))
 		if sb.State != torpor.StateRunning {
 			return &torpor.Error{Code: torpor.EConflict, State: sb.State, Reason: "state",
 				Message: fmt.Sprintf("sandbox %s did not come back: it is %s", sb.ID, sb.State)}
@@ -461,6 +487,7 @@ func (e *Engine) sweep(ctx context.Context, id string) {
 		e.sched.set(id, ev.At)
 		return
 	}
+	e.obs.SweepLag(now.Sub(ev.At))
 	if sb.State == torpor.StateRunning && e.isBusy(id) {
 		// An operation is in flight: it is activity. Look again later.
 		e.sched.set(id, now.Add(sb.Policy().IdleAfter))
@@ -547,4 +574,11 @@ func validateExec(req torpor.ExecRequest) error {
 		return torpor.Invalid("timeout_seconds", "must be between 0 and %d", int(MaxExecTimeout.Seconds()))
 	}
 	return nil
+}
+
+// observeIfRunning reports a transition that ends in running.
+func (e *Engine) observeIfRunning(sb *torpor.Sandbox, kind, cause string, start time.Time) {
+	if sb.State == torpor.StateRunning {
+		e.observe(kind, cause, start)
+	}
 }
