@@ -16,6 +16,8 @@ type CreateRequest struct {
 	PolicyRequest
 	Hooks            []Hook `json:"hooks,omitempty"`
 	IgnoreImageHooks bool   `json:"ignore_image_hooks,omitempty"`
+	// Ports lists the ports the proxy opens to anyone (public).
+	Ports []PortSpec `json:"ports,omitempty"`
 }
 
 // UpdateRequest changes a sandbox in place (PATCH). Absent fields stay as
@@ -26,6 +28,8 @@ type UpdateRequest struct {
 	PolicyRequest
 	// Hooks, when given, replace the sandbox's hooks ([] removes them).
 	Hooks *[]Hook `json:"hooks,omitempty"`
+	// Ports, when given, replace the sandbox's port settings.
+	Ports *[]PortSpec `json:"ports,omitempty"`
 }
 
 // Limits bound what a caller may ask for.
@@ -87,6 +91,9 @@ func (r *CreateRequest) Validate(l Limits) (Resources, error) {
 		return Resources{}, err
 	}
 	if err := ValidateHooks(r.Hooks); err != nil {
+		return Resources{}, err
+	}
+	if err := ValidatePorts(r.Ports); err != nil {
 		return Resources{}, err
 	}
 	return res, nil

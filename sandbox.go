@@ -131,6 +131,10 @@ type Sandbox struct {
 	Hooks            []Hook       `json:"hooks"`
 	IgnoreImageHooks bool         `json:"ignore_image_hooks"`
 	HookFailure      *HookFailure `json:"hook_failure"`
+	// Ports says which ports the proxy opens to anyone; the others need
+	// TrafficToken (header X-Torpor-Token or query torpor_token).
+	Ports        []PortSpec `json:"ports"`
+	TrafficToken string     `json:"traffic_token"`
 	// Schedule is derived by the engine when it returns a sandbox.
 	Schedule
 
@@ -152,6 +156,7 @@ func (s *Sandbox) Clone() *Sandbox {
 	c.Runtime.Entrypoint = append([]string(nil), s.Runtime.Entrypoint...)
 	c.PauseModes = append([]PauseMode(nil), s.PauseModes...)
 	c.UpcomingEvents = append([]ScheduledEvent(nil), s.UpcomingEvents...)
+	c.Ports = append([]PortSpec(nil), s.Ports...)
 	if s.Hooks != nil {
 		c.Hooks = make([]Hook, len(s.Hooks))
 		for i, h := range s.Hooks {

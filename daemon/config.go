@@ -21,11 +21,15 @@ import (
 // the TOML config file, a TORPOR_* environment variable and a flag; a flag
 // beats the environment, which beats the file, which beats the default.
 type Config struct {
-	DataDir  string `toml:"data_dir"`
-	Listen   string `toml:"listen"`
-	Runtime  string `toml:"runtime"`
-	RuncPath string `toml:"runc_path"`
-	LogLevel string `toml:"log_level"`
+	DataDir string `toml:"data_dir"`
+	Listen  string `toml:"listen"`
+	// ProxyListen is the port proxy's address ("" turns it off);
+	// ProxyDomain the domain of its host names.
+	ProxyListen string `toml:"proxy_listen"`
+	ProxyDomain string `toml:"proxy_domain"`
+	Runtime     string `toml:"runtime"`
+	RuncPath    string `toml:"runc_path"`
+	LogLevel    string `toml:"log_level"`
 	// Limits on each sandbox, and the defaults a request leaves out.
 	DefaultVCPUs     float64 `toml:"default_vcpus"`
 	DefaultMemoryMiB int64   `toml:"default_memory_mib"`
@@ -59,6 +63,8 @@ func (c *Config) settings() []setting {
 	return []setting{
 		{"data_dir", "directory for the database, templates, sandboxes and the admin key", &c.DataDir},
 		{"listen", "address of the HTTP API", &c.Listen},
+		{"proxy_listen", "address of the port proxy, which routes <port>-<id>.<proxy_domain> to a sandbox (empty: off)", &c.ProxyListen},
+		{"proxy_domain", "domain of the proxy's host names", &c.ProxyDomain},
 		{"runtime", "default sandbox runtime", &c.Runtime},
 		{"runc_path", "path of the runc binary (default: found in PATH)", &c.RuncPath},
 		{"log_level", "debug, info, warn or error", &c.LogLevel},
@@ -105,6 +111,8 @@ func DefaultConfig() Config {
 	return Config{
 		DataDir:          DefaultDataDir(),
 		Listen:           DefaultListen,
+		ProxyListen:      "127.0.0.1:7071",
+		ProxyDomain:      "localhost",
 		Runtime:          "runc",
 		LogLevel:         "info",
 		DefaultVCPUs:     1,

@@ -20,6 +20,7 @@ import (
 	"github.com/torpor-dev/torpor/api"
 	"github.com/torpor-dev/torpor/lifecycle"
 	"github.com/torpor-dev/torpor/metrics"
+	"github.com/torpor-dev/torpor/proxy"
 	"github.com/torpor-dev/torpor/rootfs"
 	"github.com/torpor-dev/torpor/runtime/runc"
 	"github.com/torpor-dev/torpor/store/sqlite"
@@ -121,8 +122,20 @@ func Run(ctx context.Context, cfg Config, opt Options) error {
 		return fmt.Errorf("listen: %w", err)
 	}
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
-	serveErr := make(chan error, 1)
+	serveErr := make(chan error, 2)
 	go func() { serveErr <- hs.Serve(ln) }()
+	if cfg.ProxyListen != "" {
+		pln, err := net.Listen("tcp", cfg.ProxyListen)
+		if err != nil {
+			_ = hs.Close()
+			return fmt.Errorf("proxy listen: %w", err)
+		}
+		ps := &http.Server{Handler: proxy.New(proxy.Config{Engine: eng, Domain: cfg.ProxyDomain, Logger: log}),
+			ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+		go func() { serveErr <- ps.Serve(pln) }()
+		defer ps.Close()
+		log.Info("proxy listening", "addr", pln.Addr().String(), "domain", cfg.ProxyDomain)
+	}
 	log.Info("listening", "addr", ln.Addr().String(), "data_dir", cfg.DataDir, "runtime", rt.Kind())
 	if opt.OnListen != nil {
 		opt.OnListen(ln.Addr().String())

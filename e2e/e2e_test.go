@@ -45,6 +45,7 @@ type daemon struct {
 	bin     string
 	dataDir string
 	addr    string
+	proxy   string // the port proxy's address
 	cmd     *exec.Cmd
 	stdout  *bytes.Buffer
 	logs    *syncBuffer
@@ -69,14 +70,17 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-var listenRe = regexp.MustCompile(`msg=listening addr=(\S+)`)
+var (
+	listenRe = regexp.MustCompile(`msg=listening addr=(\S+)`)
+	proxyRe  = regexp.MustCompile(`msg="proxy listening" addr=(\S+)`)
+)
 
 // startDaemon starts `torpor serve` and waits until /healthz answers 200.
 // Extra environment (e.g. a failpoint) goes to the daemon only.
 func startDaemon(t testing.TB, bin, dataDir string, env ...string) *daemon {
 	t.Helper()
 	d := &daemon{t: t, bin: bin, dataDir: dataDir, stdout: &bytes.Buffer{}, logs: &syncBuffer{}, exited: make(chan struct{})}
-	d.cmd = exec.Command(bin, "serve", "--data-dir", dataDir, "--listen", "127.0.0.1:0", "--log-level", "debug")
+	d.cmd = exec.Command(bin, "serve", "--data-dir", dataDir, "--listen", "127.0.0.1:0", "--proxy-listen", "127.0.0.1:0", "--log-level", "debug")
 	d.cmd.Env = append(os.Environ(), env...)
 	d.cmd.Stdout = d.stdout
 	pr, pw := io.Pipe()
@@ -85,13 +89,19 @@ func startDaemon(t testing.TB, bin, dataDir string, env ...string) *daemon {
 		t.Fatal(err)
 	}
 	go func() { _ = d.cmd.Wait(); pw.Close(); close(d.exited) }()
-	addr := make(chan string, 1)
+	addr, proxyAddr := make(chan string, 1), make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(pr)
 		for sc.Scan() {
 			if m := listenRe.FindStringSubmatch(sc.Text()); m != nil {
 				select {
 				case addr <- m[1]:
+				default:
+				}
+			}
+			if m := proxyRe.FindStringSubmatch(sc.Text()); m != nil {
+				select {
+				case proxyAddr <- m[1]:
 				default:
 				}
 			}
@@ -103,6 +113,11 @@ func startDaemon(t testing.TB, bin, dataDir string, env ...string) *daemon {
 		t.Fatalf("daemon exited at start:\n%s", d.logs.String())
 	case <-time.After(60 * time.Second):
 		t.Fatalf("daemon did not listen:\n%s", d.logs.String())
+	}
+	select {
+	case d.proxy = <-proxyAddr:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the proxy did not listen:\n%s", d.logs.String())
 	}
 	t.Cleanup(d.shutdown)
 	key, err := os.ReadFile(filepath.Join(dataDir, "admin.key"))

@@ -70,6 +70,9 @@ type Engine struct {
 	evMu sync.Mutex
 	evCh chan struct{}
 
+	trafficMu sync.Mutex
+	traffic   map[string]time.Time
+
 	obs      Observer
 	statesMu sync.Mutex
 	states   map[string]torpor.State
@@ -107,6 +110,7 @@ func New(cfg Config) (*Engine, error) {
 
 		evCh:        make(chan struct{}),
 		obs:         cfg.Observer,
+		traffic:     map[string]time.Time{},
 		states:      map[string]torpor.State{},
 		cpuActivity: cfg.CPUActivity,
 		cpuSamples:  map[string]cpuSample{},
@@ -154,6 +158,7 @@ func (e *Engine) Recover(ctx context.Context) error {
 		e.track(sb)
 	}
 	e.sched.run(e.bg, &e.wg)
+	e.runTrafficFlusher(e.bg)
 	return nil
 }
 
@@ -220,6 +225,8 @@ func (e *Engine) Create(ctx context.Context, tenant string, req torpor.CreateReq
 		PauseModes:       rt.PauseModes(),
 		Hooks:            req.Hooks,
 		IgnoreImageHooks: req.IgnoreImageHooks,
+		Ports:            req.Ports,
+		TrafficToken:     torpor.NewID("tt_", 32),
 	}
 	if sb.Metadata == nil {
 		sb.Metadata = map[string]string{}
@@ -478,6 +485,12 @@ func (e *Engine) Update(ctx context.Context, tenant, id string, req torpor.Updat
 			return nil, err
 		}
 		sb.Hooks = *req.Hooks
+	}
+	if req.Ports != nil {
+		if err := torpor.ValidatePorts(*req.Ports); err != nil {
+			return nil, err
+		}
+		sb.Ports = *req.Ports
 	}
 	if err := e.save(ctx, sb, e.event(sb, "sandbox.updated")); err != nil {
 		return nil, err

@@ -488,6 +488,14 @@ func (e *Engine) sweep(ctx context.Context, id string) {
 		return
 	}
 	e.obs.SweepLag(now.Sub(ev.At))
+	if t, ok := e.pendingTraffic(id); ok && sb.State == torpor.StateRunning && t.After(sb.LastActivityAt) {
+		// Proxied traffic not yet flushed: it is activity.
+		sb.LastActivityAt = t
+		if err := e.save(ctx, sb); err != nil {
+			e.sched.set(id, now.Add(sweepRetry))
+		}
+		return
+	}
 	if sb.State == torpor.StateRunning && e.isBusy(id) {
 		// An operation is in flight: it is activity. Look again later.
 		e.sched.set(id, now.Add(sb.Policy().IdleAfter))

@@ -32,6 +32,13 @@ type sandboxRecord struct {
 	Hooks          []hookRecord      `json:"hooks,omitempty"`
 	IgnoreHooks    bool              `json:"ignore_image_hooks,omitempty"`
 	HookFailure    *hookFailRecord   `json:"hook_failure,omitempty"`
+	Ports          []portRecord      `json:"ports,omitempty"`
+	TrafficToken   string            `json:"traffic_token,omitempty"`
+}
+
+type portRecord struct {
+	Port   int  `json:"port"`
+	Public bool `json:"public,omitempty"`
 }
 
 type hookRecord struct {
@@ -126,6 +133,10 @@ func encodeRecord(sb *torpor.Sandbox) (string, error) {
 		r.Hooks = append(r.Hooks, hookRecord(h))
 	}
 	r.IgnoreHooks = sb.IgnoreImageHooks
+	for _, p := range sb.Ports {
+		r.Ports = append(r.Ports, portRecord(p))
+	}
+	r.TrafficToken = sb.TrafficToken
 	if hf := sb.HookFailure; hf != nil {
 		r.HookFailure = &hookFailRecord{On: hf.On, Index: hf.Index, Type: hf.Type, Message: hf.Message, At: micros(hf.At)}
 	}
@@ -179,6 +190,10 @@ func decodeRecord(sb *torpor.Sandbox, data string) error {
 		sb.Hooks = append(sb.Hooks, torpor.Hook(h))
 	}
 	sb.IgnoreImageHooks = r.IgnoreHooks
+	for _, p := range r.Ports {
+		sb.Ports = append(sb.Ports, torpor.PortSpec(p))
+	}
+	sb.TrafficToken = r.TrafficToken
 	if hf := r.HookFailure; hf != nil {
 		sb.HookFailure = &torpor.HookFailure{On: hf.On, Index: hf.Index, Type: hf.Type, Message: hf.Message, At: fromMicros(hf.At)}
 	}

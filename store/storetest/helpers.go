@@ -69,6 +69,8 @@ func fullSandbox(id, tenant string) *torpor.Sandbox {
 			{Type: torpor.HookHTTP, On: torpor.HookOnPause, Path: "/hooks/flush", Port: 3000, TimeoutSeconds: 30},
 		},
 		IgnoreImageHooks: true,
+		Ports:            []torpor.PortSpec{{Port: 8080, Public: true}, {Port: 9000}},
+		TrafficToken:     "tt_abc",
 		HookFailure: &torpor.HookFailure{On: torpor.HookOnStart, Index: 1, Type: torpor.HookScript,
 			Message: "exited with status 2", At: at(2*time.Hour + 11*time.Microsecond)},
 		// CreateSandbox ignores it and starts at 1.

@@ -1,0 +1,123 @@
+package lifecycle
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/torpor-dev/torpor"
+)
+
+// trafficFlush is how often traffic noted by the proxy is written to the
+// store as activity: in batches, never one write per request or packet.
+const trafficFlush = time.Second
+
+// Lookup returns a sandbox whatever its tenant. It is for the port proxy,
+// which authorizes by traffic token, never for tenant-facing calls.
+func (e *Engine) Lookup(ctx context.Context, id string) (*torpor.Sandbox, error) {
+	if !torpor.ValidID(id) {
+		return nil, torpor.Errorf(torpor.ENotFound, "no sandbox %q", id)
+	}
+	sb, err := e.store.GetSandbox(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return e.view(sb), nil
+}
+
+// WakeForTraffic makes sure a sandbox runs for proxied traffic: a paused or
+// hibernated one is resumed when its policy has auto_resume (concurrent
+// callers share one resume). It counts as activity.
+func (e *Engine) WakeForTraffic(ctx context.Context, id string) (*torpor.Sandbox, error) {
+	unlock := e.locks.lock(id)
+	defer unlock()
+	sb, err := e.store.GetSandbox(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.wake(ctx, sb, "proxy to"); err != nil {
+		return nil, err
+	}
+	e.NoteTraffic(id)
+	return e.view(sb), nil
+}
+
+// DialSandbox connects to a port on a running sandbox's own loopback.
+func (e *Engine) DialSandbox(ctx context.Context, sb *torpor.Sandbox, port int) (net.Conn, error) {
+	rt, err := e.runtime(sb.Runtime.Kind)
+	if err != nil {
+		return nil, err
+	}
+	d, ok := rt.(torpor.Dialer)
+	if !ok {
+		return nil, fmt.Errorf("the %s runtime cannot reach ports inside a sandbox", rt.Kind())
+	}
+	return d.DialContext(ctx, ref(sb), "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+}
+
+// NoteTraffic records that traffic reached a sandbox now. It is cheap: the
+// activity reaches the store in the next batch (see trafficFlush), and the
+// idle engine consults the pending batch before it acts.
+func (e *Engine) NoteTraffic(id string) {
+	now := e.now()
+	e.trafficMu.Lock()
+	if now.After(e.traffic[id]) {
+		e.traffic[id] = now
+	}
+	e.trafficMu.Unlock()
+}
+
+// pendingTraffic returns the traffic noted for id and not yet flushed.
+func (e *Engine) pendingTraffic(id string) (time.Time, bool) {
+	e.trafficMu.Lock()
+	defer e.trafficMu.Unlock()
+	t, ok := e.traffic[id]
+	return t, ok
+}
+
+// flushTraffic writes the noted traffic as activity, one write per sandbox
+// per batch.
+func (e *Engine) flushTraffic(ctx context.Context) {
+	e.trafficMu.Lock()
+	batch := e.traffic
+	e.traffic = map[string]time.Time{}
+	e.trafficMu.Unlock()
+	for id, at := range batch {
+		e.recordActivityAt(ctx, id, at)
+	}
+}
+
+// recordActivityAt moves a running sandbox's idle clock to at (never back).
+func (e *Engine) recordActivityAt(ctx context.Context, id string, at time.Time) {
+	unlock := e.locks.lock(id)
+	defer unlock()
+	sb, err := e.store.GetSandbox(ctx, id)
+	if err != nil || sb.State != torpor.StateRunning || !at.After(sb.LastActivityAt) {
+		return
+	}
+	sb.LastActivityAt = at
+	if err := e.save(ctx, sb); err != nil {
+		e.log.Error("recording traffic", "sandbox", id, "err", err)
+	}
+}
+
+// runTrafficFlusher flushes noted traffic every trafficFlush until ctx ends.
+func (e *Engine) runTrafficFlusher(ctx context.Context) {
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		t := time.NewTicker(trafficFlush)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				e.flushTraffic(context.WithoutCancel(ctx))
+				return
+			case <-t.C:
+				e.flushTraffic(ctx)
+			}
+		}
+	}()
+}
