@@ -9,6 +9,7 @@ package proxy
 import (
 	"context"
 	"crypto/subtle"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -57,6 +58,19 @@ type Proxy struct {
 	domain string
 	hold   time.Duration
 	log    *slog.Logger
+	// transport is shared by every request, so connections to a sandbox's
+	// port are kept alive and reused; its dialer reads the target from the
+	// request's upstream host name, <port>.<sandbox id>.torpor.
+	transport *http.Transport
+	rp        *httputil.ReverseProxy
+}
+
+// upstream is what the shared transport needs to dial a sandbox.
+type upstreamKey struct{}
+
+type upstream struct {
+	sb   *torpor.Sandbox
+	port int
 }
 
 // New returns a proxy.
@@ -70,6 +84,47 @@ func New(cfg Config) *Proxy {
 	}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
+	}
+	p.transport = &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			up, ok := ctx.Value(upstreamKey{}).(upstream)
+			if !ok {
+				return nil, errors.New("proxy: no upstream")
+			}
+			c, err := p.eng.DialSandbox(ctx, up.sb, up.port)
+			if err != nil {
+				return nil, err
+			}
+			id := up.sb.ID
+			return newActiveConn(c, func() { p.eng.NoteTraffic(id) }, up.sb.Policy().ConnectionIdle), nil
+		},
+		MaxIdleConnsPerHost: 32,
+		IdleConnTimeout:     30 * time.Second,
+	}
+	p.rp = &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			up := pr.In.Context().Value(upstreamKey{}).(upstream)
+			pr.Out.URL.Scheme = "http"
+			// A host name per sandbox and port keeps their pooled
+			// connections apart; the dialer ignores it.
+			pr.Out.URL.Host = fmt.Sprintf("%d.%s.torpor", up.port, up.sb.ID)
+			pr.Out.Host = pr.In.Host
+			q := pr.Out.URL.Query()
+			if q.Has(QueryToken) {
+				q.Del(QueryToken)
+				pr.Out.URL.RawQuery = q.Encode()
+			}
+			pr.Out.Header.Del(HeaderToken)
+			pr.SetXForwarded()
+		},
+		Transport:     p.transport,
+		FlushInterval: -1, // stream (server-sent events, long polls) as it comes
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			up := r.Context().Value(upstreamKey{}).(upstream)
+			p.log.Debug("proxy: upstream", "sandbox", up.sb.ID, "port", up.port, "err", err)
+			p.writeError(w, &torpor.Error{Code: torpor.EUnavailable, RetryAfter: time.Second,
+				Message: fmt.Sprintf("port %d of the sandbox did not answer", up.port)})
+		},
 	}
 	return p
 }
@@ -134,21 +189,21 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) error {
 	if sb.State == torpor.StateTerminated {
 		return torpor.Errorf(torpor.EGone, "sandbox %s is terminated", sb.ID)
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), p.hold)
-	defer cancel()
-	wasAsleep := sb.State != torpor.StateRunning
-	if sb, err = p.eng.WakeForTraffic(ctx, t.id); err != nil {
-		if ctx.Err() != nil && r.Context().Err() == nil {
-			return &torpor.Error{Code: torpor.EUnavailable, RetryAfter: 2 * time.Second, Message: "the sandbox did not wake within the proxy's hold limit"}
+	if sb.State != torpor.StateRunning {
+		ctx, cancel := context.WithTimeout(r.Context(), p.hold)
+		defer cancel()
+		if sb, err = p.eng.WakeForTraffic(ctx, t.id); err != nil {
+			if ctx.Err() != nil && r.Context().Err() == nil {
+				return &torpor.Error{Code: torpor.EUnavailable, RetryAfter: 2 * time.Second, Message: "the sandbox did not wake within the proxy's hold limit"}
+			}
+			return err
 		}
-		return err
-	}
-	if wasAsleep {
 		// A sandbox that booted again serves once its entrypoint listens.
 		if err := p.awaitPort(ctx, sb, t.port); err != nil {
 			return err
 		}
 	}
+	p.eng.NoteTraffic(sb.ID)
 	p.forward(w, r, sb, t.port)
 	p.eng.NoteTraffic(sb.ID)
 	return nil
@@ -171,41 +226,10 @@ func (p *Proxy) awaitPort(ctx context.Context, sb *torpor.Sandbox, port int) err
 	}
 }
 
-// forward proxies the request to the sandbox's port; the connection to it
-// reports traffic while bytes flow.
+// forward proxies the request to the sandbox's port.
 func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, sb *torpor.Sandbox, port int) {
-	idle := sb.Policy().ConnectionIdle
-	rp := &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.Out.URL.Scheme = "http"
-			pr.Out.URL.Host = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-			pr.Out.Host = r.Host
-			q := pr.Out.URL.Query()
-			if q.Has(QueryToken) {
-				q.Del(QueryToken)
-				pr.Out.URL.RawQuery = q.Encode()
-			}
-			pr.Out.Header.Del(HeaderToken)
-			pr.SetXForwarded()
-		},
-		Transport: &http.Transport{
-			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-				c, err := p.eng.DialSandbox(ctx, sb, port)
-				if err != nil {
-					return nil, err
-				}
-				return newActiveConn(c, func() { p.eng.NoteTraffic(sb.ID) }, idle), nil
-			},
-			DisableKeepAlives: true,
-		},
-		FlushInterval: -1, // stream (server-sent events, long polls) as it comes
-		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
-			p.log.Debug("proxy: upstream", "sandbox", sb.ID, "port", port, "err", err)
-			p.writeError(w, &torpor.Error{Code: torpor.EUnavailable, RetryAfter: time.Second,
-				Message: fmt.Sprintf("port %d of the sandbox did not answer", port)})
-		},
-	}
-	rp.ServeHTTP(w, r)
+	ctx := context.WithValue(r.Context(), upstreamKey{}, upstream{sb: sb, port: port})
+	p.rp.ServeHTTP(w, r.WithContext(ctx))
 }
 
 // activeConn reports traffic on a connection to a sandbox, at most once a
