@@ -232,3 +232,25 @@ func TestTemplateHooksRunUnlessIgnored(t *testing.T) {
 		t.Fatalf("hooks ran: %s, want %s", got, want)
 	}
 }
+
+// TestFailedTerminateHookStillDeletes: the delete goes on; the failure is
+// an event on the terminated sandbox.
+func TestFailedTerminateHookStillDeletes(t *testing.T) {
+	e, log := hookEnv(t)
+	sb := e.create(torpor.CreateRequest{Hooks: []torpor.Hook{scriptHook(torpor.HookOnTerminate, "/bin/fail")}})
+	got, err := e.eng.Delete(ctx, "acme", sb.ID)
+	if err != nil || got.State != torpor.StateTerminated || e.host.HasDisk(sb.ID) {
+		t.Fatalf("delete with a failing terminate hook: %v %v", got, err)
+	}
+	if l := log.get(); len(l) != 1 || l[0] != "/bin/fail@running" {
+		t.Fatalf("hooks ran: %v", l)
+	}
+	evs, _ := e.eng.Events(ctx, "acme", torpor.EventFilter{SandboxID: sb.ID})
+	var types []string
+	for _, ev := range evs {
+		types = append(types, ev.Type)
+	}
+	if !strings.Contains(strings.Join(types, ","), "hook.failed,sandbox.terminated") {
+		t.Fatalf("events %v", types)
+	}
+}
