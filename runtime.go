@@ -86,9 +86,12 @@ type InstanceStatus struct {
 
 // ExecRequest is a command to run inside a sandbox.
 type ExecRequest struct {
-	Cmd     []string
-	Env     map[string]string
-	Cwd     string
+	Cmd []string
+	Env map[string]string
+	Cwd string
+	// User runs the command as a user of the sandbox: a name from its
+	// /etc/passwd, or uid[:gid]. Empty: root.
+	User    string
 	Stdin   io.Reader
 	Stdout  io.Writer
 	Stderr  io.Writer

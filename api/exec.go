@@ -28,6 +28,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, p principal) error
 		Cmd:     req.Cmd,
 		Env:     req.Env,
 		Cwd:     req.Cwd,
+		User:    req.User,
 		Timeout: time.Duration(req.TimeoutSeconds * float64(time.Second)),
 	}
 	if req.Stdin != "" {

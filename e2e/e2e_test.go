@@ -598,3 +598,23 @@ func TestGoClient(t *testing.T) {
 		t.Fatalf("exec in a deleted sandbox: %v", err)
 	}
 }
+
+// TestExecAsAUser runs commands as a user named in the sandbox's
+// /etc/passwd and as a numeric uid:gid.
+func TestExecAsAUser(t *testing.T) {
+	needs(t)
+	d := startDaemon(t, torporBin(t), t.TempDir())
+	id := strings.TrimSpace(d.ok("create"))
+	if out := d.ok("exec", "--user", "nobody", id, "--", "id", "-u"); out != "65534\n" {
+		t.Fatalf("as nobody: %q", out)
+	}
+	if out := d.ok("exec", "-u", "1234:4321", id, "--", "sh", "-c", "echo $(id -u):$(id -g)"); out != "1234:4321\n" {
+		t.Fatalf("as 1234:4321: %q", out)
+	}
+	if _, errs, code := d.cli("exec", "--user", "ghost", id, "--", "true"); code == 0 || !strings.Contains(errs, "ghost") {
+		t.Fatalf("an unknown user: %d %q", code, errs)
+	}
+	if _, errs, code := d.cli("exec", "--user", "x;rm", id, "--", "true"); code == 0 || !strings.Contains(errs, "user") {
+		t.Fatalf("a malformed user: %d %q", code, errs)
+	}
+}

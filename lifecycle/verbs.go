@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -16,6 +17,9 @@ const (
 	CauseAPI       = "api"
 	CauseReconcile = "reconcile"
 )
+
+// userRe is a user name or uid[:gid].
+var userRe = regexp.MustCompile(`^([a-z_][a-z0-9_.-]{0,31}|[0-9]{1,10}(:[0-9]{1,10})?)$`)
 
 // MaxExecTimeout bounds one command's run time.
 const MaxExecTimeout = 24 * time.Hour
@@ -577,6 +581,9 @@ func validateExec(req torpor.ExecRequest) error {
 	}
 	if req.Cwd != "" && (!path.IsAbs(req.Cwd) || strings.ContainsRune(req.Cwd, 0) || len(req.Cwd) > 4096) {
 		return torpor.Invalid("cwd", "must be an absolute path")
+	}
+	if req.User != "" && !userRe.MatchString(req.User) {
+		return torpor.Invalid("user", "must be a user name or uid[:gid]")
 	}
 	if req.Timeout < 0 || req.Timeout > MaxExecTimeout {
 		return torpor.Invalid("timeout_seconds", "must be between 0 and %d", int(MaxExecTimeout.Seconds()))

@@ -68,6 +68,7 @@ type ExecRequest struct {
 	Stdin          string            `json:"stdin,omitempty"`
 	Env            map[string]string `json:"env,omitempty"`
 	Cwd            string            `json:"cwd,omitempty"`
+	User           string            `json:"user,omitempty"`
 	TimeoutSeconds float64           `json:"timeout_seconds,omitempty"`
 }
 

@@ -408,6 +408,7 @@ func (c *cli) execCmd() *cobra.Command {
 	var (
 		env     []string
 		cwd     string
+		user    string
 		timeout float64
 		stdin   bool
 	)
@@ -420,7 +421,7 @@ func (c *cli) execCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			req := client.ExecRequest{Cmd: args[1:], Env: envMap, Cwd: cwd, TimeoutSeconds: timeout}
+			req := client.ExecRequest{Cmd: args[1:], Env: envMap, Cwd: cwd, User: user, TimeoutSeconds: timeout}
 			if stdin {
 				data, err := io.ReadAll(io.LimitReader(c.stdin, 512<<10))
 				if err != nil {
@@ -455,6 +456,7 @@ func (c *cli) execCmd() *cobra.Command {
 	f := cmd.Flags()
 	f.StringArrayVarP(&env, "env", "e", nil, "environment variable KEY=VALUE (repeatable)")
 	f.StringVarP(&cwd, "cwd", "w", "", "working directory inside the sandbox")
+	f.StringVarP(&user, "user", "u", "", "run as this user of the sandbox (name or uid[:gid]; default root)")
 	f.Float64Var(&timeout, "timeout", 0, "seconds before the command is killed (0: none)")
 	f.BoolVarP(&stdin, "stdin", "i", false, "send this command's standard input (up to 512 KiB)")
 	return cmd

@@ -43,6 +43,11 @@ func (r *Runtime) Exec(ctx context.Context, ref torpor.InstanceRef, req torpor.E
 		return torpor.ExecResult{}, err
 	}
 
+	if req.User != "" {
+		if req.User, err = r.resolveUser(id, req.User); err != nil {
+			return torpor.ExecResult{}, err
+		}
+	}
 	res, ran, err := r.runExec(ctx, id, req)
 	if err != nil || ran {
 		return res, err
@@ -162,8 +167,11 @@ func execOutcome(ctx, runCtx context.Context, b []byte, runcCode int, waitErr er
 
 // execArgs is the runc command line that runs req through the helper.
 func execArgs(runcRoot, id string, req torpor.ExecRequest) []string {
-	args := []string{"--root", runcRoot, "exec", "--preserve-fds", "1", id,
-		initMount, "init", "exec", "-result-fd", "3"}
+	args := []string{"--root", runcRoot, "exec", "--preserve-fds", "1"}
+	if req.User != "" {
+		args = append(args, "--user", req.User)
+	}
+	args = append(args, id, initMount, "init", "exec", "-result-fd", "3")
 	if req.Timeout > 0 {
 		args = append(args, "-timeout", req.Timeout.String())
 	}
