@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -510,5 +511,20 @@ func TestWebhooksAPI(t *testing.T) {
 	}
 	if list, _ := f.tenantCl.Webhooks(ctx); len(list) != 0 {
 		t.Fatalf("after delete: %+v", list)
+	}
+}
+
+func TestStartExecCallbacksAndWait(t *testing.T) {
+	f := newFixture(t)
+	sb, _ := f.tenantCl.Create(ctx, torpor.CreateRequest{Template: "base"})
+	var mu sync.Mutex
+	var out, errOut strings.Builder
+	cmd := f.tenantCl.StartExec(ctx, sb.ID, client.ExecRequest{Cmd: []string{"echo", "hi"}}, client.ExecCallbacks{
+		OnStdout: func(b []byte) { mu.Lock(); out.Write(b); mu.Unlock() },
+		OnStderr: func(b []byte) { mu.Lock(); errOut.Write(b); mu.Unlock() },
+	})
+	res, err := cmd.Wait()
+	if err != nil || res.ExitCode != 3 || out.String() != "echo hi\n" || errOut.String() != "err\n" {
+		t.Fatalf("StartExec: %+v %v %q %q", res, err, out.String(), errOut.String())
 	}
 }
