@@ -20,7 +20,12 @@ const maxBody = 1 << 20
 // fields, one value, bounded size. An empty body leaves v as it is when
 // optional.
 func decode(r *http.Request, v any, optional bool) error {
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+	return decodeLimit(r, v, optional, maxBody)
+}
+
+// decodeLimit is decode with a body of at most maxBody bytes.
+func decodeLimit(r *http.Request, v any, optional bool, maxBody int) error {
+	body, err := io.ReadAll(io.LimitReader(r.Body, int64(maxBody)+1))
 	if err != nil {
 		return torpor.Invalid("body", "cannot read the request body")
 	}

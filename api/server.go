@@ -101,6 +101,7 @@ func (s *Server) routes() []route {
 		{"POST", "/v1/sandboxes/{id}/restart", s.verb((*lifecycle.Engine).Restart), false},
 		{"POST", "/v1/sandboxes/{id}/touch", s.verb((*lifecycle.Engine).Touch), false},
 		{"POST", "/v1/sandboxes/{id}/exec", s.exec, false},
+		{"POST", "/v1/sandboxes/{id}/code", s.runCode, false},
 		{"GET", "/v1/sandboxes/{id}/files", s.readFile, false},
 		{"PUT", "/v1/sandboxes/{id}/files", s.writeFile, false},
 		{"DELETE", "/v1/sandboxes/{id}/files", s.removeFile, false},

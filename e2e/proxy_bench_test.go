@@ -178,4 +178,3 @@ func dialInNetns(ctx context.Context, ns *os.File, addr string) (net.Conn, error
 	r := <-ch
 	return r.c, r.err
 }
-

@@ -39,7 +39,11 @@ const DefaultRunDir = "/.torpor/run"
 //
 //	torpor init [-run DIR] [-setup CMD]... [-- ENTRYPOINT ARG...]
 //	torpor init exec [-timeout D] [-cwd DIR] [-env K=V]... [-result-fd N] -- CMD ARG...
+//	torpor init code-server [-socket PATH] [-foreground]
 func Main(args []string) int {
+	if len(args) > 0 && args[0] == "code-server" {
+		return codeServerMain(args[1:])
+	}
 	if len(args) > 0 && args[0] == "exec" {
 		return execMain(args[1:])
 	}

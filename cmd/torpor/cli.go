@@ -41,7 +41,7 @@ func newRoot(c *cli) *cobra.Command {
 	pf.BoolVar(&c.json, "json", false, "print JSON for scripts")
 	root.AddCommand(
 		c.serveCmd(),
-		c.createCmd(), c.lsCmd(), c.getCmd(), c.updateCmd(), c.execCmd(),
+		c.createCmd(), c.lsCmd(), c.getCmd(), c.updateCmd(), c.execCmd(), c.runCmd(),
 		c.filesCmd(), c.cpCmd(),
 		c.verbCmd("pause", nil, "Freeze a running sandbox: its processes stop, its memory stays"),
 		c.verbCmd("start", []string{"resume", "connect"}, "Continue a paused sandbox, or boot a hibernated one"),

@@ -30,6 +30,8 @@ type Host struct {
 	// FilesDir, when set, holds each sandbox's root filesystem as a
 	// directory FilesDir/<id> (see RootFS).
 	FilesDir string
+	// NoPython makes RunCode answer as for a template without python3.
+	NoPython bool
 	boots    map[string]int
 	cpu      map[string]time.Duration
 }
@@ -39,6 +41,8 @@ type instance struct {
 	failure *torpor.Failure
 	done    chan struct{}
 	spec    torpor.BootSpec
+	// code: the languages whose toy interpreter has run a snippet.
+	code map[string]bool
 }
 
 // NewHost returns an empty host.

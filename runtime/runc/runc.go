@@ -70,6 +70,8 @@ type Runtime struct {
 	log      *slog.Logger
 	locks    keyedMutex
 	live     liveSet
+	// codeStarts serialises starting a sandbox's code server.
+	codeStarts keyedMutex
 }
 
 var _ torpor.Runtime = (*Runtime)(nil)

@@ -1,0 +1,616 @@
+package initproc
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/rand"
+	_ "embed"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/torpor-dev/torpor"
+)
+
+// CodeSocket is the name of the code server's socket in the run directory.
+const CodeSocket = "code.sock"
+
+// MaxCodeOutput bounds each of stdout and stderr kept for one snippet.
+const MaxCodeOutput = 4 << 20
+
+//go:embed code_driver.py
+var pythonDriver string
+
+// CodeRequest is one snippet sent to the code server: one JSON object per
+// connection, answered by one CodeResponse.
+type CodeRequest struct {
+	Language string `json:"language"`
+	Code     string `json:"code"`
+	// TimeoutMS kills the interpreter when the snippet runs longer (0: no
+	// limit but the connection's: closing it kills the interpreter too).
+	TimeoutMS int64 `json:"timeout_ms,omitempty"`
+}
+
+// CodeResponse is the code server's answer.
+type CodeResponse struct {
+	torpor.CodeResult
+	// Missing names the interpreter that is not installed.
+	Missing string `json:"missing,omitempty"`
+	// Fail says why the snippet could not be run at all.
+	Fail string `json:"fail,omitempty"`
+}
+
+// codeServerMain is `torpor init code-server -socket PATH`: it starts the
+// code server in the background (its own session, stdio on /dev/null) and
+// returns once it listens, or at once when one already answers on PATH.
+// With -foreground it is the server.
+func codeServerMain(args []string) int {
+	fs := flag.NewFlagSet("torpor init code-server", flag.ContinueOnError)
+	sock := fs.String("socket", filepath.Join(DefaultRunDir, CodeSocket), "unix socket to listen on")
+	fg := fs.Bool("foreground", false, "serve in this process")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *fg {
+		ready := os.NewFile(3, "ready")
+		l, err := listenCode(*sock)
+		if err != nil {
+			fmt.Fprintf(ready, "%v", err)
+			ready.Close()
+			return 1
+		}
+		ready.Close()
+		newCodeServer().serve(l)
+		return 0
+	}
+	if c, err := net.Dial("unix", *sock); err == nil {
+		c.Close()
+		return 0
+	}
+	return startCodeServer(*sock)
+}
+
+func startCodeServer(sock string) int {
+	self, err := os.Executable()
+	if err != nil {
+		self = "/proc/self/exe"
+	}
+	devnull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "torpor code-server: %v\n", err)
+		return 1
+	}
+	defer devnull.Close()
+	r, w, err := os.Pipe()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "torpor code-server: %v\n", err)
+		return 1
+	}
+	p, err := os.StartProcess(self, []string{self, "init", "code-server", "-foreground", "-socket", sock}, &os.ProcAttr{
+		Env:   os.Environ(),
+		Files: []*os.File{devnull, devnull, devnull, w},
+		Sys:   &syscall.SysProcAttr{Setsid: true},
+	})
+	w.Close()
+	if err != nil {
+		r.Close()
+		fmt.Fprintf(os.Stderr, "torpor code-server: start: %v\n", err)
+		return 1
+	}
+	_ = p.Release()
+	msg, _ := io.ReadAll(io.LimitReader(r, 4096))
+	r.Close()
+	if len(msg) > 0 {
+		fmt.Fprintf(os.Stderr, "torpor code-server: %s\n", msg)
+		return 1
+	}
+	return 0
+}
+
+// listenCode listens on sock, replacing a stale socket file.
+func listenCode(sock string) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(sock), 0o755); err != nil {
+		return nil, err
+	}
+	if fi, err := os.Lstat(sock); err == nil {
+		if fi.Mode()&os.ModeSocket == 0 {
+			return nil, fmt.Errorf("%s exists and is not a socket", sock)
+		}
+		_ = os.Remove(sock)
+	}
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		return nil, err
+	}
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	_ = os.Chmod(sock, 0o600)
+	return l, nil
+}
+
+// codeServer keeps one interpreter per language and runs one snippet at a
+// time in each.
+type codeServer struct {
+	mu     sync.Mutex
+	langs  map[string]*sync.Mutex
+	interp map[string]*interp
+	// python is the interpreter command, found on PATH when empty.
+	python string
+}
+
+func newCodeServer() *codeServer {
+	return &codeServer{langs: map[string]*sync.Mutex{}, interp: map[string]*interp{}}
+}
+
+func (s *codeServer) serve(l net.Listener) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		go s.handle(c)
+	}
+}
+
+func (s *codeServer) handle(c net.Conn) {
+	defer c.Close()
+	br := bufio.NewReaderSize(c, 64<<10)
+	line, err := br.ReadBytes('\n')
+	if err != nil && len(line) == 0 {
+		return
+	}
+	var req CodeRequest
+	var res CodeResponse
+	if err := json.Unmarshal(line, &req); err != nil {
+		res.Fail = "bad request: " + err.Error()
+	} else {
+		// The caller gone (it closed the connection) stops the snippet.
+		gone := make(chan struct{})
+		go func() {
+			_, _ = br.ReadByte()
+			close(gone)
+		}()
+		res = s.run(req, gone)
+	}
+	b, _ := json.Marshal(res)
+	_, _ = c.Write(append(b, '\n'))
+}
+
+// run runs one snippet; gone closes when the caller left.
+func (s *codeServer) run(req CodeRequest, gone <-chan struct{}) CodeResponse {
+	if req.Language != torpor.LanguagePython && req.Language != torpor.LanguageShell {
+		return CodeResponse{Fail: fmt.Sprintf("unknown language %q", req.Language)}
+	}
+	s.mu.Lock()
+	lm := s.langs[req.Language]
+	if lm == nil {
+		lm = &sync.Mutex{}
+		s.langs[req.Language] = lm
+	}
+	s.mu.Unlock()
+	lm.Lock()
+	defer lm.Unlock()
+
+	in := s.interp[req.Language]
+	if in != nil && in.exited() {
+		in = nil
+	}
+	ctx := torpor.ContextExisting
+	if in == nil {
+		var err error
+		if in, err = s.start(req.Language); err != nil {
+			var miss missingError
+			if errors.As(err, &miss) {
+				return CodeResponse{Missing: string(miss)}
+			}
+			return CodeResponse{Fail: err.Error()}
+		}
+		s.mu.Lock()
+		s.interp[req.Language] = in
+		s.mu.Unlock()
+		ctx = torpor.ContextNew
+	}
+	var deadline <-chan time.Time
+	if req.TimeoutMS > 0 {
+		t := time.NewTimer(time.Duration(req.TimeoutMS) * time.Millisecond)
+		defer t.Stop()
+		deadline = t.C
+	}
+	res := in.run(req.Code, deadline, gone)
+	res.Context = ctx
+	if res.TimedOut || in.exited() {
+		in.kill()
+		s.mu.Lock()
+		if s.interp[req.Language] == in {
+			delete(s.interp, req.Language)
+		}
+		s.mu.Unlock()
+	}
+	return res
+}
+
+type missingError string
+
+func (m missingError) Error() string { return string(m) + " is not installed" }
+
+func (s *codeServer) start(lang string) (*interp, error) {
+	switch lang {
+	case torpor.LanguagePython:
+		py := s.python
+		if py == "" {
+			p, err := exec.LookPath("python3")
+			if err != nil {
+				return nil, missingError("python3")
+			}
+			py = p
+		}
+		return startInterp(lang, []string{py, "-u", "-c", pythonDriver}, true)
+	default:
+		sh := "/bin/sh"
+		if _, err := os.Stat(sh); err != nil {
+			return nil, missingError(sh)
+		}
+		return startInterp(lang, []string{sh}, false)
+	}
+}
+
+// interp is one running interpreter.
+type interp struct {
+	lang    string
+	pid     int
+	stdin   *os.File
+	proto   *bufio.Reader // python: answers on fd 3
+	out     *codeOutput
+	errs    *codeOutput
+	done    chan struct{}
+	status  syscall.WaitStatus
+	scratch string // sh: where snippets are written
+}
+
+func startInterp(lang string, argv []string, proto bool) (*interp, error) {
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer inR.Close()
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		inW.Close()
+		return nil, err
+	}
+	defer outW.Close()
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		inW.Close()
+		outR.Close()
+		return nil, err
+	}
+	defer errW.Close()
+	files := []*os.File{inR, outW, errW}
+	var protoR *os.File
+	if proto {
+		var protoW *os.File
+		if protoR, protoW, err = os.Pipe(); err != nil {
+			inW.Close()
+			outR.Close()
+			errR.Close()
+			return nil, err
+		}
+		defer protoW.Close()
+		files = append(files, protoW)
+	}
+	in := &interp{lang: lang, stdin: inW, out: newCodeOutput(), errs: newCodeOutput(), done: make(chan struct{})}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
+	if proto {
+		cmd.ExtraFiles = []*os.File{files[3]}
+		in.proto = bufio.NewReaderSize(protoR, 64<<10)
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		inW.Close()
+		outR.Close()
+		errR.Close()
+		if protoR != nil {
+			protoR.Close()
+		}
+		return nil, err
+	}
+	in.pid = cmd.Process.Pid
+	go in.out.pump(outR)
+	go in.errs.pump(errR)
+	go func() {
+		_ = cmd.Wait()
+		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok {
+			in.status = ws
+		}
+		close(in.done)
+		if protoR != nil {
+			protoR.Close()
+		}
+	}()
+	if lang == torpor.LanguageShell {
+		dir, err := os.MkdirTemp("", "torpor-code-")
+		if err != nil {
+			in.kill()
+			return nil, err
+		}
+		in.scratch = dir
+	}
+	return in, nil
+}
+
+func (in *interp) exited() bool {
+	select {
+	case <-in.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// kill ends the interpreter and everything it started in its group.
+func (in *interp) kill() {
+	_ = syscall.Kill(-in.pid, syscall.SIGKILL)
+	_ = syscall.Kill(in.pid, syscall.SIGKILL)
+	select {
+	case <-in.done:
+	case <-time.After(2 * time.Second):
+	}
+	in.stdin.Close()
+	if in.scratch != "" {
+		_ = os.RemoveAll(in.scratch)
+	}
+}
+
+func (in *interp) run(code string, deadline <-chan time.Time, gone <-chan struct{}) CodeResponse {
+	in.out.reset()
+	in.errs.reset()
+	if in.lang == torpor.LanguagePython {
+		return in.runPython(code, deadline, gone)
+	}
+	return in.runShell(code, deadline, gone)
+}
+
+func (in *interp) runPython(code string, deadline <-chan time.Time, gone <-chan struct{}) CodeResponse {
+	b, _ := json.Marshal(map[string]string{"code": code})
+	if _, err := in.stdin.Write(append(b, '\n')); err != nil {
+		return in.ended()
+	}
+	type answer struct {
+		line []byte
+		err  error
+	}
+	ch := make(chan answer, 1)
+	go func() {
+		l, err := in.proto.ReadBytes('\n')
+		ch <- answer{l, err}
+	}()
+	select {
+	case a := <-ch:
+		if a.err != nil {
+			<-in.done
+			return in.ended()
+		}
+		var res CodeResponse
+		if err := json.Unmarshal(a.line, &res.CodeResult); err != nil {
+			return CodeResponse{Fail: "the python driver answered badly: " + err.Error()}
+		}
+		// Output written straight to the descriptors (subprocesses).
+		out, errs := in.out.take(), in.errs.take()
+		res.Stdout = clipOutput(res.Stdout + out)
+		res.Stderr = clipOutput(res.Stderr + errs)
+		return res
+	case <-deadline:
+		return in.timedOut()
+	case <-gone:
+		return in.timedOut()
+	}
+}
+
+func clipOutput(s string) string {
+	if len(s) > MaxCodeOutput {
+		return s[:MaxCodeOutput]
+	}
+	return s
+}
+
+// ended is the result of a snippet that ended its interpreter.
+func (in *interp) ended() CodeResponse {
+	select {
+	case <-in.done:
+	case <-time.After(time.Second):
+	}
+	code := exitCode(in.status)
+	res := CodeResponse{CodeResult: torpor.CodeResult{Stdout: in.out.take(), Stderr: in.errs.take(), ExitCode: &code}}
+	if in.lang == torpor.LanguagePython {
+		res.Error = &torpor.CodeError{Name: "InterpreterExited",
+			Value: fmt.Sprintf("the python interpreter exited with status %d; the next snippet starts a new one", code)}
+	}
+	return res
+}
+
+func (in *interp) timedOut() CodeResponse {
+	in.kill()
+	res := CodeResponse{CodeResult: torpor.CodeResult{Stdout: in.out.take(), Stderr: in.errs.take(), TimedOut: true}}
+	res.Error = &torpor.CodeError{Name: "TimeoutError",
+		Value: "the snippet ran past its timeout; its interpreter was killed and the next snippet starts a new one"}
+	if in.lang == torpor.LanguageShell {
+		code := 128 + int(syscall.SIGKILL)
+		res.ExitCode = &code
+	}
+	return res
+}
+
+func (in *interp) runShell(code string, deadline <-chan time.Time, gone <-chan struct{}) CodeResponse {
+	var rnd [12]byte
+	_, _ = rand.Read(rnd[:])
+	marker := "__torpor_" + hex.EncodeToString(rnd[:])
+	if err := os.MkdirAll(in.scratch, 0o700); err != nil {
+		return CodeResponse{Fail: err.Error()}
+	}
+	file := filepath.Join(in.scratch, "snippet.sh")
+	if err := os.WriteFile(file, []byte(code+"\n"), 0o600); err != nil {
+		return CodeResponse{Fail: err.Error()}
+	}
+	// `command .` keeps a syntax error from ending the shell; stdin is
+	// /dev/null so that the snippet cannot eat the commands that follow.
+	cmd := fmt.Sprintf("command . %s </dev/null\nprintf '\\n%s %%d\\n' \"$?\"\nprintf '\\n%s\\n' >&2\n",
+		shQuote(file), marker, marker)
+	if _, err := in.stdin.Write([]byte(cmd)); err != nil {
+		return in.ended()
+	}
+	outMark := []byte("\n" + marker + " ")
+	errMark := []byte("\n" + marker + "\n")
+	for {
+		_, okOut := in.out.peek(outMark)
+		if _, okErr := in.errs.peek(errMark); okOut && okErr {
+			out, status, _ := in.out.cut(outMark)
+			errs, _, _ := in.errs.cut(errMark)
+			st, _ := strconv.Atoi(status)
+			return CodeResponse{CodeResult: torpor.CodeResult{Stdout: out, Stderr: errs, ExitCode: &st}}
+		}
+		select {
+		case <-in.out.changed:
+		case <-in.errs.changed:
+		case <-in.done:
+			// Drain what the pumps still hold, then report.
+			time.Sleep(settleGrace)
+			return in.ended()
+		case <-deadline:
+			return in.timedOut()
+		case <-gone:
+			return in.timedOut()
+		}
+	}
+}
+
+func shQuote(s string) string {
+	return "'" + string(bytes.ReplaceAll([]byte(s), []byte("'"), []byte(`'\''`))) + "'"
+}
+
+// codeOutput collects an interpreter's output stream: the first
+// MaxCodeOutput bytes of a snippet, and always the last bytes (where the
+// end marker is).
+type codeOutput struct {
+	mu      sync.Mutex
+	buf     []byte
+	tail    []byte
+	dropped bool
+	changed chan struct{}
+}
+
+const codeTail = 256
+
+func newCodeOutput() *codeOutput { return &codeOutput{changed: make(chan struct{}, 1)} }
+
+func (o *codeOutput) pump(r *os.File) {
+	defer r.Close()
+	b := make([]byte, 32<<10)
+	for {
+		n, err := r.Read(b)
+		if n > 0 {
+			o.write(b[:n])
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (o *codeOutput) write(p []byte) {
+	o.mu.Lock()
+	if room := MaxCodeOutput - len(o.buf); room > 0 {
+		o.buf = append(o.buf, p[:min(room, len(p))]...)
+	}
+	if len(o.buf) >= MaxCodeOutput {
+		o.dropped = true
+	}
+	o.tail = append(o.tail, p...)
+	if len(o.tail) > codeTail {
+		o.tail = append(o.tail[:0], o.tail[len(o.tail)-codeTail:]...)
+	}
+	o.mu.Unlock()
+	select {
+	case o.changed <- struct{}{}:
+	default:
+	}
+}
+
+func (o *codeOutput) reset() {
+	o.mu.Lock()
+	o.buf, o.tail, o.dropped = o.buf[:0], o.tail[:0], false
+	o.mu.Unlock()
+}
+
+func (o *codeOutput) take() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	s := string(o.buf)
+	o.buf, o.tail, o.dropped = o.buf[:0], o.tail[:0], false
+	return s
+}
+
+// peek finds the line that starts with mark; it returns what follows mark
+// up to the end of that line.
+func (o *codeOutput) peek(mark []byte) (string, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	_, rest, ok := o.find(mark)
+	return rest, ok
+}
+
+// cut returns the output before the line that starts with mark and what
+// follows mark on that line, and clears the buffer.
+func (o *codeOutput) cut(mark []byte) (before, rest string, ok bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	i, rest, ok := o.find(mark)
+	if !ok {
+		return "", "", false
+	}
+	if o.dropped {
+		before = string(o.buf)
+	} else {
+		before = string(o.buf[:i])
+	}
+	o.buf, o.tail, o.dropped = o.buf[:0], o.tail[:0], false
+	return before, rest, true
+}
+
+func (o *codeOutput) find(mark []byte) (int, string, bool) {
+	src := o.buf
+	if o.dropped {
+		src = o.tail
+	}
+	i := bytes.LastIndex(src, mark)
+	if i < 0 {
+		return 0, "", false
+	}
+	j := bytes.IndexByte(src[i+len(mark)-1:], '\n')
+	if mark[len(mark)-1] == '\n' {
+		return i, "", true
+	}
+	if j < 0 {
+		return 0, "", false
+	}
+	return i, string(src[i+len(mark) : i+len(mark)-1+j]), true
+}

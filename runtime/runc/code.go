@@ -1,0 +1,167 @@
+package runc
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path"
+	"strconv"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/torpor-dev/torpor"
+	"github.com/torpor-dev/torpor/initproc"
+)
+
+var _ torpor.CodeRunner = (*Runtime)(nil)
+
+// codeGrace is how long past a snippet's timeout the daemon waits for the
+// code server's answer before it gives up on the connection.
+const codeGrace = 5 * time.Second
+
+// maxCodeAnswer bounds the code server's answer.
+const maxCodeAnswer = 64 << 20
+
+// RunCode runs a snippet in the sandbox's code server (`torpor init
+// code-server`), which keeps one interpreter per language. The server is
+// started on first use through Exec; it outlives that exec and lives as
+// long as the instance. The daemon reaches it through the unix socket
+// code.sock in the sandbox's run directory, opened without following
+// anything the sandbox may have put there.
+func (r *Runtime) RunCode(ctx context.Context, ref torpor.InstanceRef, req torpor.CodeRequest) (torpor.CodeResult, error) {
+	id, err := checkRef(ref)
+	if err != nil {
+		return torpor.CodeResult{}, err
+	}
+	if err := torpor.ValidateCode(req); err != nil {
+		return torpor.CodeResult{}, err
+	}
+	c, err := r.codeConn(ctx, ref, id)
+	if err != nil {
+		return torpor.CodeResult{}, err
+	}
+	defer c.Close()
+	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })
+	defer stop()
+	if req.Timeout > 0 {
+		_ = c.SetDeadline(time.Now().Add(req.Timeout + codeGrace))
+	}
+	b, _ := json.Marshal(initproc.CodeRequest{Language: req.Language, Code: req.Code, TimeoutMS: req.Timeout.Milliseconds()})
+	if _, err := c.Write(append(b, '\n')); err != nil {
+		return torpor.CodeResult{}, r.codeFailure(ctx, id, err)
+	}
+	line, err := bufio.NewReaderSize(io.LimitReader(c, maxCodeAnswer), 64<<10).ReadBytes('\n')
+	if err != nil {
+		if ctx.Err() != nil {
+			return torpor.CodeResult{}, ctx.Err()
+		}
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			return torpor.CodeResult{TimedOut: true, Context: torpor.ContextExisting,
+				Error: &torpor.CodeError{Name: "TimeoutError", Value: "the code server did not answer in time"}}, nil
+		}
+		return torpor.CodeResult{}, r.codeFailure(ctx, id, err)
+	}
+	var res initproc.CodeResponse
+	if err := json.Unmarshal(line, &res); err != nil {
+		return torpor.CodeResult{}, fmt.Errorf("runc: code server of %s answered badly: %w", id, err)
+	}
+	switch {
+	case res.Missing != "":
+		return torpor.CodeResult{}, &torpor.Error{Code: torpor.EInvalid, Param: "language",
+			Message: fmt.Sprintf("%s is not installed in this sandbox; %s needs a template that has it (e.g. `torpor template build python --debian bookworm --packages python3`)",
+				cleanText(res.Missing, 64), req.Language)}
+	case res.Fail != "":
+		return torpor.CodeResult{}, fmt.Errorf("runc: code server of %s: %s", id, cleanText(res.Fail, 1024))
+	}
+	if res.Context != torpor.ContextNew {
+		res.Context = torpor.ContextExisting
+	}
+	return res.CodeResult, nil
+}
+
+// codeFailure explains a broken conversation with the code server.
+func (r *Runtime) codeFailure(ctx context.Context, id string, err error) error {
+	if st, _, ierr := r.inspect(ctx, id); ierr == nil {
+		if serr := execStateError(st); serr != nil {
+			return serr
+		}
+	}
+	return fmt.Errorf("runc: code server of %s: %w", id, err)
+}
+
+// codeConn connects to the sandbox's code server, starting it first when
+// none answers.
+func (r *Runtime) codeConn(ctx context.Context, ref torpor.InstanceRef, id string) (net.Conn, error) {
+	if c, err := dialCode(r.runDir(id)); err == nil {
+		return c, nil
+	}
+	unlock := r.codeStarts.lock(id)
+	defer unlock()
+	if c, err := dialCode(r.runDir(id)); err == nil {
+		return c, nil
+	}
+	var stdout, stderr bytes.Buffer
+	res, err := r.Exec(ctx, ref, torpor.ExecRequest{
+		Cmd:     []string{initMount, "init", "code-server", "-socket", path.Join(runMount, initproc.CodeSocket)},
+		Stdout:  &limitedBuffer{buf: &stdout, max: 4096},
+		Stderr:  &limitedBuffer{buf: &stderr, max: 4096},
+		Timeout: 30 * time.Second,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if res.ExitCode != 0 {
+		return nil, fmt.Errorf("runc: start the code server of %s: exit status %d: %s", id, res.ExitCode, cleanText(stderr.String()+stdout.String(), 1024))
+	}
+	c, err := dialCode(r.runDir(id))
+	if err != nil {
+		return nil, fmt.Errorf("runc: code server of %s: %w", id, err)
+	}
+	return c, nil
+}
+
+// dialCode connects to dir/code.sock. The sandbox can write in dir, so the
+// socket is opened O_PATH without following symlinks and confined to dir,
+// checked to be a socket, and connected to through its /proc/self/fd link,
+// which reaches exactly the inode opened.
+func dialCode(dir string) (net.Conn, error) {
+	dfd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: dir, Err: err}
+	}
+	defer unix.Close(dfd)
+	fd, err := unix.Openat2(dfd, initproc.CodeSocket, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: initproc.CodeSocket, Err: err}
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		return nil, fmt.Errorf("%s is not a socket", initproc.CodeSocket)
+	}
+	s, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Connect(s, &unix.SockaddrUnix{Name: "/proc/self/fd/" + strconv.Itoa(fd)}); err != nil {
+		unix.Close(s)
+		return nil, &os.SyscallError{Syscall: "connect", Err: err}
+	}
+	f := os.NewFile(uintptr(s), "code.sock")
+	defer f.Close()
+	return net.FileConn(f)
+}
