@@ -67,13 +67,9 @@ func TestRunCodeShell(t *testing.T) {
 	}
 }
 
-func TestRunCodePython(t *testing.T) {
-	needs(t)
-	needsDebootstrap(t)
-	d := startDaemon(t, torporBin(t), t.TempDir())
-	if out, errs, code := d.cli("template", "build", "python", "--debian", "bookworm", "--packages", "python3"); code != 0 {
-		t.Fatalf("build: %d %s %s", code, out, errs)
-	}
+// checkRunCodePython runs the python run_code checks on a daemon that has
+// the python template (TestBuildPythonTemplate builds it once for both).
+func checkRunCodePython(t *testing.T, d *daemon) {
 	cl := d.client(t)
 	ctx := context.Background()
 	sb, err := cl.Create(ctx, torpor.CreateRequest{Template: "python"})

@@ -160,4 +160,5 @@ func TestBuildPythonTemplate(t *testing.T) {
 	if got := d.ok("exec", id, "--", "python3", "-c", "print(1+1)"); got != "2\n" {
 		t.Errorf("python3: %q", got)
 	}
+	t.Run("RunCodePython", func(t *testing.T) { checkRunCodePython(t, d) })
 }
