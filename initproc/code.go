@@ -40,6 +40,8 @@ type CodeRequest struct {
 	// TimeoutMS kills the interpreter when the snippet runs longer (0: no
 	// limit but the connection's: closing it kills the interpreter too).
 	TimeoutMS int64 `json:"timeout_ms,omitempty"`
+	// Proc, when set, is a process-table operation instead of a snippet.
+	Proc *ProcRequest `json:"proc,omitempty"`
 }
 
 // CodeResponse is the code server's answer.
@@ -49,6 +51,8 @@ type CodeResponse struct {
 	Missing string `json:"missing,omitempty"`
 	// Fail says why the snippet could not be run at all.
 	Fail string `json:"fail,omitempty"`
+	// Proc answers a process-table operation.
+	Proc *ProcResponse `json:"proc,omitempty"`
 }
 
 // codeServerMain is `torpor init code-server -socket PATH`: it starts the
@@ -146,10 +150,12 @@ type codeServer struct {
 	interp map[string]*interp
 	// python is the interpreter command, found on PATH when empty.
 	python string
+	// procs are the background processes.
+	procs *procTable
 }
 
 func newCodeServer() *codeServer {
-	return &codeServer{langs: map[string]*sync.Mutex{}, interp: map[string]*interp{}}
+	return &codeServer{langs: map[string]*sync.Mutex{}, interp: map[string]*interp{}, procs: newProcTable()}
 }
 
 func (s *codeServer) serve(l net.Listener) {
@@ -181,6 +187,9 @@ func (s *codeServer) handle(c net.Conn) {
 	var res CodeResponse
 	if err := json.Unmarshal(line, &req); err != nil {
 		res.Fail = "bad request: " + err.Error()
+	} else if req.Proc != nil {
+		pr := s.procs.handle(*req.Proc)
+		res.Proc = &pr
 	} else {
 		// The caller gone (it closed the connection) stops the snippet.
 		gone := make(chan struct{})

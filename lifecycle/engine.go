@@ -67,6 +67,11 @@ type Engine struct {
 	busyMu sync.Mutex
 	busy   map[string]int
 
+	// procs remembers the background processes started in each sandbox
+	// (by sandbox id, then process id), with the boot they belong to.
+	procMu sync.Mutex
+	procs  map[string]map[int]torpor.ProcessInfo
+
 	evMu sync.Mutex
 	evCh chan struct{}
 

@@ -323,6 +323,9 @@ func (e *Engine) terminate(ctx context.Context, sb *torpor.Sandbox, cause string
 	e.cpuMu.Lock()
 	delete(e.cpuSamples, sb.ID)
 	e.cpuMu.Unlock()
+	e.procMu.Lock()
+	delete(e.procs, sb.ID)
+	e.procMu.Unlock()
 	if err := e.setState(ctx, sb, torpor.StateTerminating); err != nil {
 		return err
 	}

@@ -42,6 +42,7 @@ func newRoot(c *cli) *cobra.Command {
 	root.AddCommand(
 		c.serveCmd(),
 		c.createCmd(), c.lsCmd(), c.getCmd(), c.updateCmd(), c.execCmd(), c.runCmd(),
+		c.spawnCmd(), c.psCmd(), c.logsCmd(), c.sendCmd(), c.killCmd(),
 		c.filesCmd(), c.cpCmd(),
 		c.verbCmd("pause", nil, "Freeze a running sandbox: its processes stop, its memory stays"),
 		c.verbCmd("start", []string{"resume", "connect"}, "Continue a paused sandbox, or boot a hibernated one"),

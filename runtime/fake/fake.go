@@ -43,6 +43,8 @@ type instance struct {
 	spec    torpor.BootSpec
 	// code: the languages whose toy interpreter has run a snippet.
 	code map[string]bool
+	// procs: the toy background processes, by id.
+	procs map[int]*fakeProc
 }
 
 // NewHost returns an empty host.
