@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -400,7 +401,10 @@ func (in *interp) run(code string, deadline <-chan time.Time, gone <-chan struct
 }
 
 func (in *interp) runPython(code string, deadline <-chan time.Time, gone <-chan struct{}) CodeResponse {
-	b, _ := json.Marshal(map[string]string{"code": code})
+	// The driver writes mark to its stdout and stderr after the snippet,
+	// so output that subprocesses wrote there is known to be complete.
+	mark := fmt.Sprintf("\x00torpor-end-%d\x00", time.Now().UnixNano())
+	b, _ := json.Marshal(map[string]string{"code": code, "mark": mark})
 	if _, err := in.stdin.Write(append(b, '\n')); err != nil {
 		return in.ended()
 	}
@@ -423,8 +427,9 @@ func (in *interp) runPython(code string, deadline <-chan time.Time, gone <-chan 
 		if err := json.Unmarshal(a.line, &res.CodeResult); err != nil {
 			return CodeResponse{Fail: "the python driver answered badly: " + err.Error()}
 		}
-		// Output written straight to the descriptors (subprocesses).
-		out, errs := in.out.take(), in.errs.take()
+		// Output written straight to the descriptors (subprocesses), up to
+		// the driver's mark.
+		out, errs := in.out.awaitMark(mark, time.Second), in.errs.awaitMark(mark, time.Second)
 		res.Stdout = clipOutput(res.Stdout + out)
 		res.Stderr = clipOutput(res.Stderr + errs)
 		return res
@@ -568,6 +573,31 @@ func (o *codeOutput) reset() {
 	o.mu.Lock()
 	o.buf, o.tail, o.dropped = o.buf[:0], o.tail[:0], false
 	o.mu.Unlock()
+}
+
+// awaitMark waits (at most limit) until mark has come through, then takes
+// everything before it.
+func (o *codeOutput) awaitMark(mark string, limit time.Duration) string {
+	deadline := time.After(limit)
+wait:
+	for {
+		o.mu.Lock()
+		seen := bytes.Contains(o.tail, []byte(mark))
+		o.mu.Unlock()
+		if seen {
+			break
+		}
+		select {
+		case <-o.changed:
+		case <-deadline:
+			break wait
+		}
+	}
+	s := o.take()
+	if i := strings.LastIndex(s, mark); i >= 0 {
+		s = s[:i] + s[i+len(mark):]
+	}
+	return s
 }
 
 func (o *codeOutput) take() string {

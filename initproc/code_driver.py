@@ -35,6 +35,7 @@ def _run(code):
 
 
 for line in _in:
+    req = None
     try:
         req = json.loads(line)
         res = _run(req["code"])
@@ -46,5 +47,13 @@ for line in _in:
         sys.stderr.flush()
     except BaseException:
         pass
+    mark = req.get("mark") if isinstance(req, dict) else None
+    if mark:
+        # After everything the snippet's subprocesses wrote to fds 1 and 2.
+        for fd in (1, 2):
+            try:
+                os.write(fd, mark.encode())
+            except OSError:
+                pass
     _proto.write(json.dumps(res) + "\n")
     _proto.flush()
