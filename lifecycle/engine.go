@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/torpor-dev/torpor"
+	"github.com/torpor-dev/torpor/keyedmutex"
 )
 
 // Config is what an Engine is built from.
@@ -58,7 +59,7 @@ type Engine struct {
 	limits   torpor.Limits
 	fail     func(string)
 
-	locks     *keyedMutex
+	locks     keyedmutex.Mutex
 	sched     *scheduler
 	ledger    *ledger
 	maxPaused time.Duration
@@ -106,7 +107,6 @@ func New(cfg Config) (*Engine, error) {
 		log:       cfg.Logger,
 		limits:    cfg.Limits,
 		fail:      cfg.Failpoint,
-		locks:     newKeyedMutex(),
 		watchers:  map[string]*watcher{},
 		ledger:    newLedger(cfg.Capacity),
 		maxPaused: cfg.MaxPaused,
@@ -240,7 +240,7 @@ func (e *Engine) Create(ctx context.Context, tenant string, req torpor.CreateReq
 	if err := applyPolicy(sb, req.PolicyRequest); err != nil {
 		return nil, err
 	}
-	unlock := e.locks.lock(sb.ID)
+	unlock := e.locks.Lock(sb.ID)
 	defer unlock()
 	if err := e.ledger.admit(sb.ID, torpor.StateStarting, sb.Resources); err != nil {
 		return nil, err
@@ -458,7 +458,7 @@ func (e *Engine) Events(ctx context.Context, tenant string, f torpor.EventFilter
 
 // Update changes a sandbox's metadata.
 func (e *Engine) Update(ctx context.Context, tenant, id string, req torpor.UpdateRequest) (*torpor.Sandbox, error) {
-	unlock := e.locks.lock(id)
+	unlock := e.locks.Lock(id)
 	defer unlock()
 	sb, err := e.load(ctx, tenant, id)
 	if err != nil {

@@ -53,7 +53,7 @@ func (e *Engine) runHooks(ctx context.Context, sb *torpor.Sandbox, on string) {
 		go func(i int, h torpor.Hook) {
 			defer e.wg.Done()
 			err := e.runHook(e.bg, rt, r, sb.ID, h)
-			unlock := e.locks.lock(r.SandboxID)
+			unlock := e.locks.Lock(r.SandboxID)
 			defer unlock()
 			if cur, gerr := e.store.GetSandbox(e.bg, r.SandboxID); gerr == nil {
 				e.recordHook(e.bg, cur, i, h, err)

@@ -42,7 +42,7 @@ func (e *Engine) reconcile(ctx context.Context) error {
 }
 
 func (e *Engine) reconcileOne(ctx context.Context, id string) error {
-	unlock := e.locks.lock(id)
+	unlock := e.locks.Lock(id)
 	defer unlock()
 	sb, err := e.store.GetSandbox(ctx, id)
 	if err != nil {

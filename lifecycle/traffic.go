@@ -31,7 +31,7 @@ func (e *Engine) Lookup(ctx context.Context, id string) (*torpor.Sandbox, error)
 // hibernated one is resumed when its policy has auto_resume (concurrent
 // callers share one resume). It counts as activity.
 func (e *Engine) WakeForTraffic(ctx context.Context, id string) (*torpor.Sandbox, error) {
-	unlock := e.locks.lock(id)
+	unlock := e.locks.Lock(id)
 	defer unlock()
 	sb, err := e.store.GetSandbox(ctx, id)
 	if err != nil {
@@ -91,7 +91,7 @@ func (e *Engine) flushTraffic(ctx context.Context) {
 
 // recordActivityAt moves a running sandbox's idle clock to at (never back).
 func (e *Engine) recordActivityAt(ctx context.Context, id string, at time.Time) {
-	unlock := e.locks.lock(id)
+	unlock := e.locks.Lock(id)
 	defer unlock()
 	sb, err := e.store.GetSandbox(ctx, id)
 	if err != nil || sb.State != torpor.StateRunning || !at.After(sb.LastActivityAt) {

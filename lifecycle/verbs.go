@@ -27,7 +27,7 @@ const MaxExecTimeout = 24 * time.Hour
 // withSandbox locks id, loads tenant's sandbox and runs fn on it. Every
 // verb runs inside it, so transitions of one sandbox never interleave.
 func (e *Engine) withSandbox(ctx context.Context, tenant, id string, fn func(sb *torpor.Sandbox) error) (*torpor.Sandbox, error) {
-	unlock := e.locks.lock(id)
+	unlock := e.locks.Lock(id)
 	defer unlock()
 	sb, err := e.load(ctx, tenant, id)
 	if err != nil {
@@ -275,7 +275,7 @@ func (e *Engine) Touch(ctx context.Context, tenant, id string) (*torpor.Sandbox,
 // the idle clock of a running sandbox and does nothing to one in any other
 // state (waking is the caller's business: see Start).
 func (e *Engine) RecordActivity(ctx context.Context, id string) error {
-	unlock := e.locks.lock(id)
+	unlock := e.locks.Lock(id)
 	defer unlock()
 	sb, err := e.store.GetSandbox(ctx, id)
 	if err != nil {
@@ -478,7 +478,7 @@ func (e *Engine) wake(ctx context.Context, sb *torpor.Sandbox, what string) erro
 // sandbox under its lock first, so an operation that got there first wins:
 // the sweep then only reschedules.
 func (e *Engine) sweep(ctx context.Context, id string) {
-	unlock := e.locks.lock(id)
+	unlock := e.locks.Lock(id)
 	defer unlock()
 	sb, err := e.store.GetSandbox(ctx, id)
 	if err != nil {

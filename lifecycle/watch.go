@@ -78,7 +78,7 @@ func (e *Engine) unwatch(id string) {
 // onExit records that an instance stopped on its own.
 func (e *Engine) onExit(id, handle string, st torpor.InstanceStatus) {
 	ctx := e.bg
-	unlock := e.locks.lock(id)
+	unlock := e.locks.Lock(id)
 	defer unlock()
 	sb, err := e.store.GetSandbox(ctx, id)
 	if err != nil {

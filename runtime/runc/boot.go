@@ -33,7 +33,7 @@ func (r *Runtime) Boot(ctx context.Context, spec torpor.BootSpec) (string, error
 		return "", err
 	}
 	id := spec.SandboxID
-	defer r.locks.lock(id)()
+	defer r.locks.Lock(id)()
 
 	if err := r.removeInstance(ctx, id); err != nil {
 		return "", fmt.Errorf("runc: boot %s: remove the previous instance: %w", id, err)

@@ -103,7 +103,7 @@ func (r *Runtime) codeConn(ctx context.Context, ref torpor.InstanceRef, id strin
 	if c, err := dialCode(r.runDir(id)); err == nil {
 		return c, nil
 	}
-	unlock := r.codeStarts.lock(id)
+	unlock := r.codeStarts.Lock(id)
 	defer unlock()
 	if c, err := dialCode(r.runDir(id)); err == nil {
 		return c, nil

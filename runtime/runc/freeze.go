@@ -27,7 +27,7 @@ func (r *Runtime) setFrozen(ctx context.Context, ref torpor.InstanceRef, frozen 
 	if err != nil {
 		return err
 	}
-	defer r.locks.lock(id)()
+	defer r.locks.Lock(id)()
 	in, alive, err := r.lookup(ctx, id)
 	if err != nil {
 		return fmt.Errorf("runc: %s %s: %w", verb, id, err)

@@ -34,6 +34,7 @@ import (
 	"strings"
 
 	"github.com/torpor-dev/torpor"
+	"github.com/torpor-dev/torpor/keyedmutex"
 )
 
 // Kind is the runtime's name.
@@ -68,10 +69,10 @@ type Runtime struct {
 	parent   string
 	cg       *cgroups
 	log      *slog.Logger
-	locks    keyedMutex
+	locks    keyedmutex.Mutex
 	live     liveSet
 	// codeStarts serialises starting a sandbox's code server.
-	codeStarts keyedMutex
+	codeStarts keyedmutex.Mutex
 }
 
 var _ torpor.Runtime = (*Runtime)(nil)

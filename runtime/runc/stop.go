@@ -25,7 +25,7 @@ func (r *Runtime) Stop(ctx context.Context, ref torpor.InstanceRef) error {
 	if err != nil {
 		return err
 	}
-	defer r.locks.lock(id)()
+	defer r.locks.Lock(id)()
 	if err := r.removeInstance(ctx, id); err != nil {
 		return fmt.Errorf("runc: stop %s: %w", id, err)
 	}
@@ -40,7 +40,7 @@ func (r *Runtime) Destroy(ctx context.Context, ref torpor.InstanceRef) error {
 	if err != nil {
 		return err
 	}
-	defer r.locks.lock(id)()
+	defer r.locks.Lock(id)()
 	if err := r.removeInstance(ctx, id); err != nil {
 		return fmt.Errorf("runc: destroy %s: %w", id, err)
 	}

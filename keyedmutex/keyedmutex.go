@@ -1,0 +1,49 @@
+// Package keyedmutex serializes work per key (a sandbox id): callers with
+// the same key take turns, different keys never wait for each other, and an
+// idle key costs nothing.
+package keyedmutex
+
+import "sync"
+
+// Mutex is a set of mutexes by key. The zero value is ready to use.
+type Mutex struct {
+	mu sync.Mutex
+	m  map[string]*entry
+}
+
+type entry struct {
+	mu   sync.Mutex
+	refs int
+}
+
+// Lock locks key and returns the function that unlocks it. Entries are
+// dropped when no one holds or waits for them.
+func (k *Mutex) Lock(key string) (unlock func()) {
+	k.mu.Lock()
+	if k.m == nil {
+		k.m = map[string]*entry{}
+	}
+	e := k.m[key]
+	if e == nil {
+		e = &entry{}
+		k.m[key] = e
+	}
+	e.refs++
+	k.mu.Unlock()
+	e.mu.Lock()
+	return func() {
+		e.mu.Unlock()
+		k.mu.Lock()
+		if e.refs--; e.refs == 0 {
+			delete(k.m, key)
+		}
+		k.mu.Unlock()
+	}
+}
+
+// Len returns how many keys are held or waited for.
+func (k *Mutex) Len() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return len(k.m)
+}
