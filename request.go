@@ -18,6 +18,8 @@ type CreateRequest struct {
 	IgnoreImageHooks bool   `json:"ignore_image_hooks,omitempty"`
 	// Ports lists the ports the proxy opens to anyone (public).
 	Ports []PortSpec `json:"ports,omitempty"`
+	// AllowInternet lets the sandbox reach the internet (off by default).
+	AllowInternet bool `json:"allow_internet,omitempty"`
 }
 
 // UpdateRequest changes a sandbox in place (PATCH). Absent fields stay as

@@ -60,6 +60,9 @@ type BootSpec struct {
 	// Setup and Entrypoint: see RuntimeConfig.
 	Setup      []string
 	Entrypoint []string
+	// AllowInternet lets the instance reach addresses outside the host's
+	// sandbox network; otherwise only the proxy and hooks reach it.
+	AllowInternet bool
 }
 
 // InstanceState is what a runtime sees of an instance.
@@ -129,4 +132,24 @@ type CPUReporter interface {
 // and the port proxy.
 type Dialer interface {
 	DialContext(ctx context.Context, ref InstanceRef, network, addr string) (net.Conn, error)
+}
+
+// Snapshotter is an optional Runtime capability: a pause that writes the
+// whole instance (memory, CPU and device state) to disk and ends its
+// process, so that a paused sandbox holds no CPU and no memory.
+type Snapshotter interface {
+	// Snapshot writes the running (or frozen) instance to disk and ends
+	// it. Afterwards Inspect reports InstanceMissing with DiskExists.
+	Snapshot(ctx context.Context, ref InstanceRef) (SnapshotInfo, error)
+	// Restore continues a snapshotted instance exactly where it stopped
+	// and returns its new handle. A snapshot that cannot be restored
+	// (missing, corrupt, made by another version) is an *Error with
+	// Reason FailureSnapshot; the disk is kept so Boot can start afresh.
+	Restore(ctx context.Context, ref InstanceRef) (handle string, err error)
+}
+
+// SnapshotInfo says where a snapshot is kept and how big it is.
+type SnapshotInfo struct {
+	Path      string `json:"path"`
+	SizeBytes int64  `json:"size_bytes"`
 }

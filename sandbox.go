@@ -70,6 +70,8 @@ const (
 	FailureEntrypoint = "entrypoint_exited"
 	FailureOOM        = "out_of_memory"
 	FailureRuntime    = "runtime_error"
+	// FailureSnapshot: a snapshot could not be restored; the disk is kept.
+	FailureSnapshot = "snapshot_unrestorable"
 )
 
 // Failure says why a sandbox is failed.
@@ -120,6 +122,11 @@ type Sandbox struct {
 	PauseMode PauseMode `json:"pause_mode,omitempty"`
 	// Boots counts fresh boots (create, start from hibernation, restart).
 	Boots int `json:"boots"`
+	// Snapshot is where a snapshot-paused sandbox's memory is kept.
+	Snapshot *SnapshotInfo `json:"snapshot,omitempty"`
+	// AllowInternet lets the sandbox reach the internet; otherwise only the
+	// proxy and hooks reach it and it reaches nothing.
+	AllowInternet bool `json:"allow_internet"`
 
 	// The idle policy in the two forms a caller may use (see Policy).
 	Timeout         OptSeconds      `json:"timeout"`
@@ -183,6 +190,10 @@ func (s *Sandbox) Clone() *Sandbox {
 			f.ExitCode = &code
 		}
 		c.Failure = &f
+	}
+	if s.Snapshot != nil {
+		si := *s.Snapshot
+		c.Snapshot = &si
 	}
 	if s.TerminatedAt != nil {
 		t := *s.TerminatedAt
