@@ -3,7 +3,6 @@ package torpor
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"time"
 )
 
@@ -238,17 +237,3 @@ type Schedule struct {
 	UpcomingEvents []ScheduledEvent `json:"upcoming_events"`
 }
 
-// Counters count a sandbox's transitions.
-type Counters struct {
-	Pauses         int64 `json:"pauses"`
-	AutoPaused     int64 `json:"auto_paused"`
-	Resumes        int64 `json:"resumes"`
-	AutoResumed    int64 `json:"auto_resumed"`
-	Hibernations   int64 `json:"hibernations"`
-	AutoHibernated int64 `json:"auto_hibernated"`
-}
-
-func (c Counters) String() string {
-	return fmt.Sprintf("pauses %d (auto %d), resumes %d (auto %d), hibernations %d (auto %d)",
-		c.Pauses, c.AutoPaused, c.Resumes, c.AutoResumed, c.Hibernations, c.AutoHibernated)
-}

@@ -132,8 +132,10 @@ type Sandbox struct {
 	Timeout         OptSeconds      `json:"timeout"`
 	Lifecycle       *Lifecycle      `json:"lifecycle"`
 	LifecyclePolicy LifecyclePolicy `json:"lifecycle_policy"`
-	// Meters count the sandbox's transitions.
-	Meters Counters `json:"meters"`
+	// Meters are the seconds, cost and transitions metered so far.
+	Meters Meters `json:"meters"`
+	// Usage is the open metering interval (see UsageState).
+	Usage UsageState `json:"-"`
 	// Hooks run on transitions; IgnoreImageHooks skips the template's.
 	Hooks            []Hook       `json:"hooks"`
 	IgnoreImageHooks bool         `json:"ignore_image_hooks"`
@@ -269,15 +271,18 @@ type Event struct {
 
 // Event types.
 const (
-	EventCreated     = "sandbox.created"
-	EventStarted     = "sandbox.started"
-	EventPaused      = "sandbox.paused"
-	EventResumed     = "sandbox.resumed"
-	EventHibernated  = "sandbox.hibernated"
-	EventRestarted   = "sandbox.restarted"
-	EventFailed      = "sandbox.failed"
-	EventTerminated  = "sandbox.terminated"
-	EventReconciled  = "sandbox.reconciled"
+	EventCreated    = "sandbox.created"
+	EventStarted    = "sandbox.started"
+	EventPaused     = "sandbox.paused"
+	EventResumed    = "sandbox.resumed"
+	EventHibernated = "sandbox.hibernated"
+	EventRestarted  = "sandbox.restarted"
+	EventFailed     = "sandbox.failed"
+	EventTerminated = "sandbox.terminated"
+	EventReconciled = "sandbox.reconciled"
+	// EventLost: after a restart the sandbox's instance was found dead; the
+	// event's time is its last recorded sign of life.
+	EventLost        = "sandbox.lost"
 	EventStateChange = "sandbox.state"
 )
 

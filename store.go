@@ -18,6 +18,17 @@ type SandboxStore interface {
 	// sb.Version (a conflict otherwise), increments sb.Version, and appends
 	// events, all in one transaction.
 	UpdateSandbox(ctx context.Context, sb *Sandbox, events ...Event) error
+	// UpdateSandboxUsage is UpdateSandbox that also appends rows to the
+	// usage ledger in the same transaction, so that moving a sandbox's
+	// metering frontier (Usage.Since) and writing the rows for the seconds
+	// it passes over happen together or not at all. A row that would start
+	// where one of the same sandbox already starts is a conflict.
+	UpdateSandboxUsage(ctx context.Context, sb *Sandbox, usage []UsageRecord, events ...Event) error
+	// MarkSeen records that the instances of the sandboxes ids were alive
+	// at t (their Usage.SeenAt), without touching their records' versions.
+	MarkSeen(ctx context.Context, t time.Time, ids ...string) error
+	// ListUsage returns ledger rows that match f, in ledger order.
+	ListUsage(ctx context.Context, f UsageFilter) ([]UsageRecord, error)
 	// ListEvents returns events after a cursor, oldest first.
 	ListEvents(ctx context.Context, f EventFilter) ([]Event, error)
 }

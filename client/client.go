@@ -366,3 +366,40 @@ func (c *Client) CreateKey(ctx context.Context, tenant string, admin bool) (*wir
 	var out wire.KeyCreated
 	return &out, c.do(ctx, "POST", "/v1/keys", nil, wire.KeyRequest{Tenant: tenant, Admin: admin}, &out)
 }
+
+// UsageQuery selects a usage report (see GET /v1/usage). Zero fields are
+// left out: the caller's own tenant, every sandbox, all time, no groups.
+type UsageQuery struct {
+	Tenant  string
+	Sandbox string
+	From    time.Time
+	To      time.Time
+	// GroupBy is torpor.GroupBySandbox, GroupByDay or GroupByTenant.
+	GroupBy string
+	// Rows asks for the rows as well as the groups.
+	Rows bool
+}
+
+// Usage returns metered usage: ledger rows, groups and totals.
+func (c *Client) Usage(ctx context.Context, q UsageQuery) (*wire.UsageReport, error) {
+	v := url.Values{}
+	set := func(k, val string) {
+		if val != "" {
+			v.Set(k, val)
+		}
+	}
+	set("tenant", q.Tenant)
+	set("sandbox", q.Sandbox)
+	set("group_by", q.GroupBy)
+	if !q.From.IsZero() {
+		v.Set("from", q.From.UTC().Format(time.RFC3339Nano))
+	}
+	if !q.To.IsZero() {
+		v.Set("to", q.To.UTC().Format(time.RFC3339Nano))
+	}
+	if q.Rows {
+		v.Set("rows", "true")
+	}
+	var out wire.UsageReport
+	return &out, c.do(ctx, "GET", "/v1/usage", v, nil, &out)
+}

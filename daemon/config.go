@@ -50,6 +50,14 @@ type Config struct {
 	CPUActivityThreshold        float64 `toml:"cpu_activity_threshold"`
 	// MaxUploadMiB bounds one file or tar upload through the API (0: none).
 	MaxUploadMiB int64 `toml:"max_upload_mib"`
+	// The pricing table of the usage ledger (docs/billing.md) and how
+	// often open intervals are settled into it.
+	PricingCurrency         string  `toml:"pricing_currency"`
+	PricingVCPUSecond       float64 `toml:"pricing_vcpu_second"`
+	PricingMemoryGiBSecond  float64 `toml:"pricing_memory_gib_second"`
+	PricingDiskGiBMonth     float64 `toml:"pricing_disk_gib_month"`
+	PricingSnapshotGiBMonth float64 `toml:"pricing_snapshot_gib_month"`
+	SettleSeconds           int64   `toml:"settle_seconds"`
 }
 
 // setting describes one Config field for the file, env and flag layers.
@@ -85,6 +93,12 @@ func (c *Config) settings() []setting {
 		{"default_connection_idle_seconds", "connection_idle_seconds of a sandbox that sets none (0: off)", &c.DefaultConnectionIdle},
 		{"cpu_activity_threshold", "count a sandbox using at least this many CPUs on average as active (e.g. 0.1; 0: off)", &c.CPUActivityThreshold},
 		{"max_upload_mib", "largest file or tar archive one upload may send, in MiB (0: no limit)", &c.MaxUploadMiB},
+		{"pricing_currency", "currency of the usage ledger's costs", &c.PricingCurrency},
+		{"pricing_vcpu_second", "price of one vCPU for a second (charged while running)", &c.PricingVCPUSecond},
+		{"pricing_memory_gib_second", "price of one GiB of memory for a second (running or frozen)", &c.PricingMemoryGiBSecond},
+		{"pricing_disk_gib_month", "price of one GiB of disk for 30 days (in every state but terminated)", &c.PricingDiskGiBMonth},
+		{"pricing_snapshot_gib_month", "price of one GiB of memory snapshot for 30 days (snapshot-paused)", &c.PricingSnapshotGiBMonth},
+		{"settle_seconds", "how often open usage intervals are written to the ledger; must divide a day", &c.SettleSeconds},
 	}
 }
 
@@ -126,6 +140,13 @@ func DefaultConfig() Config {
 		MaxPausedSeconds: 8 * 3600,
 		// connection_idle_seconds as in spec 003's example.
 		DefaultConnectionIdle: 300,
+
+		PricingCurrency:         torpor.DefaultPricing.Currency,
+		PricingVCPUSecond:       torpor.DefaultPricing.VCPUSecond,
+		PricingMemoryGiBSecond:  torpor.DefaultPricing.MemoryGiBSecond,
+		PricingDiskGiBMonth:     torpor.DefaultPricing.DiskGiBMonth,
+		PricingSnapshotGiBMonth: torpor.DefaultPricing.SnapshotGiBMonth,
+		SettleSeconds:           3600,
 	}
 }
 
@@ -241,6 +262,12 @@ func (c Config) validate() error {
 	if c.CPUActivityThreshold < 0 || c.CPUActivityThreshold > 1024 {
 		return fmt.Errorf("cpu_activity_threshold must be between 0 (off) and 1024 CPUs, got %v", c.CPUActivityThreshold)
 	}
+	if err := c.pricing().Validate(); err != nil {
+		return err
+	}
+	if c.SettleSeconds < 1 || 86400%c.SettleSeconds != 0 {
+		return fmt.Errorf("settle_seconds must divide a day (86400), e.g. 60, 900 or 3600; got %d", c.SettleSeconds)
+	}
 	if c.CapacityVCPUs < 0 || c.CapacityMemoryMiB < 0 {
 		return errors.New("capacity_vcpus and capacity_memory_mib must not be negative")
 	}
@@ -249,4 +276,10 @@ func (c Config) validate() error {
 		return errors.New("each default_* resource must be positive and at most its max_*")
 	}
 	return nil
+}
+
+// pricing is the ledger's pricing table.
+func (c Config) pricing() torpor.Pricing {
+	return torpor.Pricing{Currency: c.PricingCurrency, VCPUSecond: c.PricingVCPUSecond, MemoryGiBSecond: c.PricingMemoryGiBSecond,
+		DiskGiBMonth: c.PricingDiskGiBMonth, SnapshotGiBMonth: c.PricingSnapshotGiBMonth}
 }

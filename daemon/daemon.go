@@ -102,6 +102,8 @@ func Run(ctx context.Context, cfg Config, opt Options) error {
 		MaxPaused:      time.Duration(cfg.MaxPausedSeconds) * time.Second,
 		DefaultPolicy:  cfg.defaultPolicy(),
 		CPUActivity:    cfg.CPUActivityThreshold,
+		Pricing:        cfg.pricing(),
+		SettleEvery:    time.Duration(cfg.SettleSeconds) * time.Second,
 		Failpoint:      failpoint(opt.Getenv(FailpointEnv), log),
 	})
 	if err != nil {

@@ -43,6 +43,15 @@ type Config struct {
 	// Observer is told of transitions, hook runs and scheduler lag (for
 	// metrics); nil tells no one.
 	Observer Observer
+	// Pricing prices the usage ledger's rows (torpor.DefaultPricing when
+	// zero).
+	Pricing torpor.Pricing
+	// SettleEvery is how often open usage intervals are written to the
+	// ledger (DefaultSettleEvery when 0); it must divide a day.
+	SettleEvery time.Duration
+	// SeenEvery is how often the engine records that the instances it
+	// watches are alive (DefaultSeenEvery when 0).
+	SeenEvery time.Duration
 	// Failpoint, when set, is called at named points of each transition
 	// ("pause.before-runtime", "pause.after-runtime", ...). Crash tests use
 	// it to kill the daemon mid-transition; production leaves it nil.
@@ -87,6 +96,10 @@ type Engine struct {
 	cpuMu       sync.Mutex
 	cpuSamples  map[string]cpuSample
 
+	pricing     torpor.Pricing
+	settleEvery time.Duration
+	seenEvery   time.Duration
+
 	bg       context.Context
 	stopBG   context.CancelFunc
 	wg       sync.WaitGroup
@@ -119,6 +132,24 @@ func New(cfg Config) (*Engine, error) {
 		states:      map[string]torpor.State{},
 		cpuActivity: cfg.CPUActivity,
 		cpuSamples:  map[string]cpuSample{},
+		pricing:     cfg.Pricing,
+		settleEvery: cfg.SettleEvery,
+		seenEvery:   cfg.SeenEvery,
+	}
+	if e.pricing == (torpor.Pricing{}) {
+		e.pricing = torpor.DefaultPricing
+	}
+	if err := e.pricing.Validate(); err != nil {
+		return nil, err
+	}
+	if e.settleEvery == 0 {
+		e.settleEvery = DefaultSettleEvery
+	}
+	if e.settleEvery < time.Second || (24*time.Hour)%e.settleEvery != 0 {
+		return nil, fmt.Errorf("lifecycle: the settlement period %s must be at least a second and divide a day", e.settleEvery)
+	}
+	if e.seenEvery <= 0 {
+		e.seenEvery = DefaultSeenEvery
 	}
 	for _, rt := range cfg.Runtimes {
 		e.runtimes[rt.Kind()] = rt
@@ -164,6 +195,7 @@ func (e *Engine) Recover(ctx context.Context) error {
 	}
 	e.sched.run(e.bg, &e.wg)
 	e.runTrafficFlusher(e.bg)
+	e.runMetering(e.bg)
 	return nil
 }
 
@@ -232,6 +264,8 @@ func (e *Engine) Create(ctx context.Context, tenant string, req torpor.CreateReq
 		IgnoreImageHooks: req.IgnoreImageHooks,
 		Ports:            req.Ports,
 		TrafficToken:     torpor.NewID("tt_", 32),
+		AllowInternet:    req.AllowInternet,
+		Usage:            torpor.UsageState{Kind: torpor.UsageRunning, Since: now, SeenAt: now},
 	}
 	if sb.Metadata == nil {
 		sb.Metadata = map[string]string{}
@@ -245,7 +279,9 @@ func (e *Engine) Create(ctx context.Context, tenant string, req torpor.CreateReq
 	if err := e.ledger.admit(sb.ID, torpor.StateStarting, sb.Resources); err != nil {
 		return nil, err
 	}
-	if err := e.store.CreateSandbox(ctx, sb, e.event(sb, torpor.EventCreated, "cause", "api")); err != nil {
+	created := e.event(sb, torpor.EventCreated, "cause", "api")
+	created.Time = now
+	if err := e.store.CreateSandbox(ctx, sb, created); err != nil {
 		e.ledger.record(sb.ID, torpor.StateTerminated, sb.Resources)
 		return nil, err
 	}
@@ -274,20 +310,42 @@ func applyPolicy(sb *torpor.Sandbox, r torpor.PolicyRequest) error {
 }
 
 // view returns a copy of sb for a caller, with its schedule filled in.
+// view returns a copy of sb for a caller, with its schedule filled in and
+// its open usage interval counted into its meters.
 func (e *Engine) view(sb *torpor.Sandbox) *torpor.Sandbox {
 	c := sb.Clone()
-	c.Schedule = schedule(sb, e.maxPaused, e.now())
+	now := e.now()
+	c.Schedule = schedule(sb, e.maxPaused, now)
+	if r, ok := e.openUsage(sb, now); ok {
+		c.Meters.Add(r)
+	}
 	return c
 }
 
-// save stores sb with events, then brings the capacity ledger and the
-// scheduler up to date with it. Every change of a sandbox goes through it.
+// save stores sb with events and the usage rows its change closes (see
+// meter), then brings the capacity ledger and the scheduler up to date
+// with it. Every change of a sandbox goes through it.
 func (e *Engine) save(ctx context.Context, sb *torpor.Sandbox, events ...torpor.Event) error {
+	usage, meters := sb.Usage, sb.Meters
+	rows := e.meter(sb, e.now())
+	if err := e.write(ctx, sb, rows, events...); err != nil {
+		// Nothing was stored: the interval stays open where it was.
+		sb.Usage, sb.Meters = usage, meters
+		return err
+	}
+	return nil
+}
+
+// write stores sb with usage rows and events as they are.
+func (e *Engine) write(ctx context.Context, sb *torpor.Sandbox, rows []torpor.UsageRecord, events ...torpor.Event) error {
 	start := time.Now()
-	err := e.store.UpdateSandbox(context.WithoutCancel(ctx), sb, events...)
+	err := e.store.UpdateSandboxUsage(context.WithoutCancel(ctx), sb, rows, events...)
 	e.obs.StoreWrite(time.Since(start))
 	if err != nil {
 		return err
+	}
+	if len(rows) > 0 {
+		e.obs.UsageRows(len(rows))
 	}
 	e.track(sb)
 	if len(events) > 0 {
@@ -380,6 +438,11 @@ func (e *Engine) setState(ctx context.Context, sb *torpor.Sandbox, s torpor.Stat
 	if sb.State != s {
 		sb.State = s
 		sb.StateSince = e.now()
+		// The events of a transition carry the instant it happened, which
+		// is also where a usage interval it closes ends.
+		for i := range events {
+			events[i].Time = sb.StateSince
+		}
 	}
 	return e.save(ctx, sb, events...)
 }

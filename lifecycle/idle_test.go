@@ -130,8 +130,15 @@ func TestAutoResumeCycle(t *testing.T) {
 	if got.State != torpor.StateRunning || got.Boots != 2 {
 		t.Fatalf("after exec on hibernated: %s, boots %d", got.State, got.Boots)
 	}
-	want := torpor.Counters{Pauses: 4, AutoPaused: 4, Resumes: 4, AutoResumed: 4, Hibernations: 1, AutoHibernated: 1}
-	if got.Meters != want {
+	// On the fake clock nothing takes time: 4 idle minutes running, then
+	// 600 s frozen before the hibernation, which the exec ended at once.
+	m := got.Meters
+	if m.RunningS != 240 || m.FrozenS != 600 || m.HibernatedS != 0 || m.ResidentS != 840 || m.BilledS != 840 || m.Cost <= 0 {
+		t.Errorf("seconds: %s", m)
+	}
+	m.RunningS, m.FrozenS, m.HibernatedS, m.ResidentS, m.BilledS, m.Cost = 0, 0, 0, 0, 0, 0
+	want := torpor.Meters{Pauses: 4, AutoPaused: 4, Resumes: 4, AutoResumed: 4, Hibernations: 1, AutoHibernated: 1}
+	if m != want {
 		t.Fatalf("meters %+v, want %+v", got.Meters, want)
 	}
 	evs, _ := e.eng.Events(ctx, "acme", torpor.EventFilter{SandboxID: sb.ID})

@@ -19,6 +19,8 @@ type Observer interface {
 	SweepLag(lag time.Duration)
 	// StoreWrite reports how long a sandbox write to the store took.
 	StoreWrite(took time.Duration)
+	// UsageRows reports rows written to the usage ledger.
+	UsageRows(n int)
 }
 
 type nopObserver struct{}
@@ -27,6 +29,7 @@ func (nopObserver) Transition(string, string, time.Duration) {}
 func (nopObserver) HookRan(string, bool)                     {}
 func (nopObserver) SweepLag(time.Duration)                   {}
 func (nopObserver) StoreWrite(time.Duration)                 {}
+func (nopObserver) UsageRows(int)                            {}
 
 // StateCounts returns how many sandboxes are in each state, terminated
 // excepted, from the engine's own bookkeeping (no store query).

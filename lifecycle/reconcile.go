@@ -59,6 +59,11 @@ func (e *Engine) reconcileOne(ctx context.Context, id string) error {
 	}
 	alive := st.State == torpor.InstanceRunning || st.State == torpor.InstanceFrozen
 	e.log.Info("reconciling", "sandbox", sb.ID, "state", sb.State, "instance", st.State)
+	if !alive {
+		if err := e.closeLost(ctx, sb); err != nil {
+			return err
+		}
+	}
 
 	switch sb.State {
 	case torpor.StateStarting, torpor.StateRestarting:

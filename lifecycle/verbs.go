@@ -334,10 +334,14 @@ func (e *Engine) terminate(ctx context.Context, sb *torpor.Sandbox, cause string
 		return fmt.Errorf("delete %s: %w", sb.ID, err)
 	}
 	e.fail("terminating.after-runtime")
+	sb.Handle, sb.PauseMode = "", ""
+	// One instant: the sandbox's end, its event's and its last usage row's.
 	now := e.now()
 	sb.TerminatedAt = &now
-	sb.Handle, sb.PauseMode = "", ""
-	return e.setState(ctx, sb, torpor.StateTerminated, e.event(sb, torpor.EventTerminated, "cause", cause))
+	sb.State, sb.StateSince = torpor.StateTerminated, now
+	ev := e.event(sb, torpor.EventTerminated, "cause", cause)
+	ev.Time = now
+	return e.save(ctx, sb, ev)
 }
 
 // Exec runs a command in a running sandbox and counts as activity, when it

@@ -24,6 +24,7 @@ type Metrics struct {
 	hooks       *prometheus.CounterVec
 	sweepLag    prometheus.Histogram
 	storeWrite  prometheus.Histogram
+	usageRows   prometheus.Counter
 	requests    *prometheus.CounterVec
 	reqLatency  *prometheus.HistogramVec
 }
@@ -55,6 +56,9 @@ func New(src Source) *Metrics {
 		Name: "torpor_store_write_seconds", Help: "Latency of durable sandbox writes to the store.",
 		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .5},
 	})
+	m.usageRows = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "torpor_usage_ledger_rows_total", Help: "Rows written to the usage ledger.",
+	})
 	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "torpor_http_requests_total", Help: "API requests by route and status code.",
 	}, []string{"route", "code"})
@@ -62,7 +66,7 @@ func New(src Source) *Metrics {
 		Name: "torpor_http_request_seconds", Help: "API request latency by route.",
 		Buckets: prometheus.DefBuckets,
 	}, []string{"route"})
-	m.reg.MustRegister(m.transitions, m.latency, m.hooks, m.sweepLag, m.storeWrite, m.requests, m.reqLatency,
+	m.reg.MustRegister(m.transitions, m.latency, m.hooks, m.sweepLag, m.storeWrite, m.usageRows, m.requests, m.reqLatency,
 		newSandboxCollector(src),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -95,6 +99,9 @@ func (m *Metrics) SweepLag(lag time.Duration) { m.sweepLag.Observe(max(lag, 0).S
 
 // StoreWrite implements lifecycle.Observer.
 func (m *Metrics) StoreWrite(took time.Duration) { m.storeWrite.Observe(took.Seconds()) }
+
+// UsageRows implements lifecycle.Observer.
+func (m *Metrics) UsageRows(n int) { m.usageRows.Add(float64(n)) }
 
 // Request records one API request (route is the pattern, never the raw
 // path, so ids do not blow up the label set).

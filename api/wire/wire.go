@@ -6,6 +6,7 @@ package wire
 
 import (
 	"net/http"
+	"time"
 
 	"github.com/torpor-dev/torpor"
 )
@@ -150,4 +151,20 @@ type WebhookCreated struct {
 // WebhookList is the body of GET /v1/webhooks.
 type WebhookList struct {
 	Webhooks []torpor.Webhook `json:"webhooks"`
+}
+
+// UsageReport is the body of GET /v1/usage.
+type UsageReport struct {
+	Tenant   string     `json:"tenant,omitempty"`
+	From     *time.Time `json:"from,omitempty"`
+	To       *time.Time `json:"to,omitempty"`
+	GroupBy  string     `json:"group_by,omitempty"`
+	Currency string     `json:"currency"`
+	// Rows are the ledger rows in the window (clipped to it), then the
+	// intervals still open, marked open; left out when grouping unless
+	// asked for with rows=true.
+	Rows      []torpor.UsageRecord `json:"rows,omitempty"`
+	Truncated bool                 `json:"truncated,omitempty"`
+	Groups    []torpor.UsageTotals `json:"groups,omitempty"`
+	Total     torpor.UsageTotals   `json:"total"`
 }

@@ -34,6 +34,15 @@ type sandboxRecord struct {
 	HookFailure    *hookFailRecord   `json:"hook_failure,omitempty"`
 	Ports          []portRecord      `json:"ports,omitempty"`
 	TrafficToken   string            `json:"traffic_token,omitempty"`
+	Snapshot       *snapshotRecord   `json:"snapshot,omitempty"`
+	AllowInternet  bool              `json:"allow_internet,omitempty"`
+	UsageKind      string            `json:"usage_kind,omitempty"`
+	UsageSince     int64             `json:"usage_since_us,omitempty"`
+}
+
+type snapshotRecord struct {
+	Path      string `json:"path"`
+	SizeBytes int64  `json:"size_bytes"`
 }
 
 type portRecord struct {
@@ -78,6 +87,14 @@ type policyRecord struct {
 }
 
 type countersRecord struct {
+	RunningS        float64 `json:"running_s,omitempty"`
+	FrozenS         float64 `json:"frozen_s,omitempty"`
+	SnapshotPausedS float64 `json:"snapshot_paused_s,omitempty"`
+	HibernatedS     float64 `json:"hibernated_s,omitempty"`
+	ResidentS       float64 `json:"resident_s,omitempty"`
+	BilledS         float64 `json:"billed_s,omitempty"`
+	Cost            float64 `json:"cost,omitempty"`
+
 	Pauses         int64 `json:"pauses,omitempty"`
 	AutoPaused     int64 `json:"auto_paused,omitempty"`
 	Resumes        int64 `json:"resumes,omitempty"`
@@ -137,6 +154,14 @@ func encodeRecord(sb *torpor.Sandbox) (string, error) {
 		r.Ports = append(r.Ports, portRecord(p))
 	}
 	r.TrafficToken = sb.TrafficToken
+	if sb.Snapshot != nil {
+		r.Snapshot = &snapshotRecord{Path: sb.Snapshot.Path, SizeBytes: sb.Snapshot.SizeBytes}
+	}
+	r.AllowInternet = sb.AllowInternet
+	r.UsageKind = string(sb.Usage.Kind)
+	if !sb.Usage.Since.IsZero() {
+		r.UsageSince = micros(sb.Usage.Since)
+	}
 	if hf := sb.HookFailure; hf != nil {
 		r.HookFailure = &hookFailRecord{On: hf.On, Index: hf.Index, Type: hf.Type, Message: hf.Message, At: micros(hf.At)}
 	}
@@ -182,7 +207,7 @@ func decodeRecord(sb *torpor.Sandbox, data string) error {
 		HibernateAfterPausedSeconds: torpor.OptSeconds(r.Policy.HibernateAfterPaused),
 		ConnectionIdleSeconds:       torpor.OptSeconds(r.Policy.ConnectionIdle),
 	}
-	sb.Meters = torpor.Counters(r.Meters)
+	sb.Meters = torpor.Meters(r.Meters)
 	if l := r.Lifecycle; l != nil {
 		sb.Lifecycle = &torpor.Lifecycle{OnTimeout: l.OnTimeout, AutoResume: l.AutoResume}
 	}
@@ -194,6 +219,14 @@ func decodeRecord(sb *torpor.Sandbox, data string) error {
 		sb.Ports = append(sb.Ports, torpor.PortSpec(p))
 	}
 	sb.TrafficToken = r.TrafficToken
+	if r.Snapshot != nil {
+		sb.Snapshot = &torpor.SnapshotInfo{Path: r.Snapshot.Path, SizeBytes: r.Snapshot.SizeBytes}
+	}
+	sb.AllowInternet = r.AllowInternet
+	sb.Usage.Kind = torpor.UsageKind(r.UsageKind)
+	if r.UsageSince != 0 {
+		sb.Usage.Since = fromMicros(r.UsageSince)
+	}
 	if hf := r.HookFailure; hf != nil {
 		sb.HookFailure = &torpor.HookFailure{On: hf.On, Index: hf.Index, Type: hf.Type, Message: hf.Message, At: fromMicros(hf.At)}
 	}

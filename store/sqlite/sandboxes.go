@@ -24,8 +24,8 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *torpor.Sandbox, events ..
 	op := fmt.Sprintf("create sandbox %q", sb.ID)
 	err = s.inTx(ctx, op, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx,
-			`INSERT INTO sandboxes (id, tenant, state, created_at, version, record) VALUES (?, ?, ?, ?, 1, ?)`,
-			sb.ID, sb.Tenant, string(sb.State), micros(sb.CreatedAt), record)
+			`INSERT INTO sandboxes (id, tenant, state, created_at, version, record, seen_at) VALUES (?, ?, ?, ?, 1, ?, ?)`,
+			sb.ID, sb.Tenant, string(sb.State), micros(sb.CreatedAt), record, micros(sb.Usage.SeenAt))
 		if err != nil {
 			return wrap(err, fmt.Sprintf("sandbox %q already exists", sb.ID), op)
 		}
@@ -46,6 +46,12 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *torpor.Sandbox, events ..
 // conflict and changes nothing; a missing sandbox is not_found. sb.Version
 // is incremented once committed.
 func (s *Store) UpdateSandbox(ctx context.Context, sb *torpor.Sandbox, events ...torpor.Event) error {
+	return s.UpdateSandboxUsage(ctx, sb, nil, events...)
+}
+
+// UpdateSandboxUsage is UpdateSandbox that also appends usage rows, in the
+// same transaction.
+func (s *Store) UpdateSandboxUsage(ctx context.Context, sb *torpor.Sandbox, usage []torpor.UsageRecord, events ...torpor.Event) error {
 	if err := checkSandbox(sb); err != nil {
 		return err
 	}
@@ -56,7 +62,7 @@ func (s *Store) UpdateSandbox(ctx context.Context, sb *torpor.Sandbox, events ..
 	op := fmt.Sprintf("update sandbox %q", sb.ID)
 	err = s.inTx(ctx, op, func(tx *sql.Tx) error {
 		res, err := tx.StmtContext(ctx, s.stmts.updateSandbox).ExecContext(ctx,
-			sb.Tenant, string(sb.State), micros(sb.CreatedAt), record, sb.ID, sb.Version)
+			sb.Tenant, string(sb.State), micros(sb.CreatedAt), record, micros(sb.Usage.SeenAt), sb.ID, sb.Version)
 		if err != nil {
 			return wrap(err, fmt.Sprintf("sandbox %q changed in a conflicting way", sb.ID), op)
 		}
@@ -71,6 +77,9 @@ func (s *Store) UpdateSandbox(ctx context.Context, sb *torpor.Sandbox, events ..
 			return wrap(err, "", op)
 		}
 		if err := s.insertMetadata(ctx, tx, sb.ID, sb.Metadata); err != nil {
+			return err
+		}
+		if err := s.insertUsage(ctx, tx, usage); err != nil {
 			return err
 		}
 		return s.insertEvents(ctx, tx, events)
@@ -125,7 +134,7 @@ func (s *Store) insertMetadata(ctx context.Context, tx *sql.Tx, id string, md ma
 // GetSandbox returns the sandbox with the given id, or not_found.
 func (s *Store) GetSandbox(ctx context.Context, id string) (*torpor.Sandbox, error) {
 	row := s.read.QueryRowContext(ctx,
-		`SELECT id, tenant, state, created_at, version, record FROM sandboxes WHERE id = ?`, id)
+		`SELECT id, tenant, state, created_at, version, record, seen_at FROM sandboxes WHERE id = ?`, id)
 	sb, err := scanSandbox(row)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, torpor.Errorf(torpor.ENotFound, "sandbox %q not found", id)
@@ -140,7 +149,7 @@ func (s *Store) GetSandbox(ctx context.Context, id string) (*torpor.Sandbox, err
 // creation time, then id).
 func (s *Store) ListSandboxes(ctx context.Context, f torpor.SandboxFilter) ([]*torpor.Sandbox, error) {
 	where, args := sandboxConditions(f)
-	query := `SELECT id, tenant, state, created_at, version, record FROM sandboxes`
+	query := `SELECT id, tenant, state, created_at, version, record, seen_at FROM sandboxes`
 	if len(where) > 0 {
 		query += " WHERE " + strings.Join(where, " AND ")
 	}
@@ -202,15 +211,16 @@ type scanner interface {
 }
 
 // scanSandbox reads the columns id, tenant, state, created_at, version,
-// record.
+// record, seen_at.
 func scanSandbox(sc scanner) (*torpor.Sandbox, error) {
 	var (
 		sb      torpor.Sandbox
 		state   string
 		created int64
 		record  string
+		seen    int64
 	)
-	if err := sc.Scan(&sb.ID, &sb.Tenant, &state, &created, &sb.Version, &record); err != nil {
+	if err := sc.Scan(&sb.ID, &sb.Tenant, &state, &created, &sb.Version, &record, &seen); err != nil {
 		return nil, err
 	}
 	sb.State = torpor.State(state)
@@ -218,5 +228,6 @@ func scanSandbox(sc scanner) (*torpor.Sandbox, error) {
 	if err := decodeRecord(&sb, record); err != nil {
 		return nil, err
 	}
+	sb.Usage.SeenAt = fromMicros(seen)
 	return &sb, nil
 }

@@ -80,6 +80,9 @@ CREATE INDEX sandboxes_by_template ON sandboxes (json_extract(record, '$.templat
 `,
 		// 3: webhooks and their delivery cursors (webhooks.go).
 		webhooksSchema,
+		// 4: the usage ledger and the last sign of life of each sandbox
+		// (usage.go).
+		usageSchema,
 	}
 }
 

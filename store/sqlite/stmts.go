@@ -14,6 +14,7 @@ type writeStmts struct {
 	deleteMetadata *sql.Stmt
 	insertMetadata *sql.Stmt
 	insertEvent    *sql.Stmt
+	insertUsage    *sql.Stmt
 }
 
 func prepareWrites(ctx context.Context, db *sql.DB) (*writeStmts, error) {
@@ -26,11 +27,13 @@ func prepareWrites(ctx context.Context, db *sql.DB) (*writeStmts, error) {
 		errs = append(errs, err)
 		return st
 	}
-	ws.updateSandbox = prep(`UPDATE sandboxes SET tenant = ?, state = ?, created_at = ?, version = version + 1, record = ?
-		WHERE id = ? AND version = ?`)
+	ws.updateSandbox = prep(`UPDATE sandboxes SET tenant = ?, state = ?, created_at = ?, version = version + 1, record = ?,
+		seen_at = MAX(seen_at, ?) WHERE id = ? AND version = ?`)
 	ws.deleteMetadata = prep(`DELETE FROM sandbox_metadata WHERE sandbox_id = ?`)
 	ws.insertMetadata = prep(`INSERT INTO sandbox_metadata (sandbox_id, key, value) VALUES (?, ?, ?)`)
 	ws.insertEvent = prep(`INSERT INTO events (type, sandbox_id, tenant, time, attrs) VALUES (?, ?, ?, ?, ?)`)
+	ws.insertUsage = prep(`INSERT INTO usage (sandbox_id, tenant, kind, start_us, end_us, seconds, vcpu_s, memory_gib_s, disk_gib_s, snapshot_gib_s, cost)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
 	if err := errors.Join(errs...); err != nil {
 		ws.close()
 		return nil, fmt.Errorf("sqlite store: prepare statements: %w", err)
@@ -41,7 +44,7 @@ func prepareWrites(ctx context.Context, db *sql.DB) (*writeStmts, error) {
 // close closes the statements that were prepared.
 func (ws *writeStmts) close() error {
 	var errs []error
-	for _, st := range []*sql.Stmt{ws.updateSandbox, ws.deleteMetadata, ws.insertMetadata, ws.insertEvent} {
+	for _, st := range []*sql.Stmt{ws.updateSandbox, ws.deleteMetadata, ws.insertMetadata, ws.insertEvent, ws.insertUsage} {
 		if st != nil {
 			errs = append(errs, st.Close())
 		}
