@@ -236,4 +236,3 @@ type Schedule struct {
 	KillAt         *time.Time       `json:"kill_at"`
 	UpcomingEvents []ScheduledEvent `json:"upcoming_events"`
 }
-
