@@ -70,6 +70,9 @@ type Lifecycle struct {
 	// AutoResume wakes a paused or hibernated sandbox on the next
 	// operation. Nil means the default, true.
 	AutoResume *bool `json:"auto_resume,omitempty"`
+	// PauseMode is how the idle engine pauses the sandbox (freeze or
+	// snapshot); empty means the runtime's default.
+	PauseMode PauseMode `json:"pause_mode,omitempty"`
 }
 
 // LifecyclePolicy is the machine-policy form of the idle policy (spec 003).
@@ -144,6 +147,11 @@ func (r PolicyRequest) Validate() error {
 		default:
 			return Invalid("lifecycle.on_timeout", "must be kill, pause or hibernate")
 		}
+		switch l.PauseMode {
+		case "", PauseFreeze, PauseSnapshot:
+		default:
+			return Invalid("lifecycle.pause_mode", "must be freeze or snapshot")
+		}
 	}
 	if lp := r.LifecyclePolicy; lp != nil {
 		for _, f := range []struct {
@@ -201,6 +209,9 @@ func (r PolicyRequest) Apply(s *Sandbox) {
 		if l.AutoResume != nil {
 			v := *l.AutoResume
 			cur.AutoResume = &v
+		}
+		if l.PauseMode != "" {
+			cur.PauseMode = l.PauseMode
 		}
 		s.Lifecycle = &cur
 	}

@@ -274,6 +274,9 @@ func (e *Engine) Create(ctx context.Context, tenant string, req torpor.CreateReq
 	if err := applyPolicy(sb, req.PolicyRequest); err != nil {
 		return nil, err
 	}
+	if err := checkPauseMode(rt, sb); err != nil {
+		return nil, err
+	}
 	unlock := e.locks.Lock(sb.ID)
 	defer unlock()
 	if err := e.ledger.admit(sb.ID, torpor.StateStarting, sb.Resources); err != nil {
@@ -309,7 +312,14 @@ func applyPolicy(sb *torpor.Sandbox, r torpor.PolicyRequest) error {
 	return nil
 }
 
-// view returns a copy of sb for a caller, with its schedule filled in.
+// checkPauseMode refuses an idle pause mode sb's runtime cannot do.
+func checkPauseMode(rt torpor.Runtime, sb *torpor.Sandbox) error {
+	if m := idlePauseMode(sb); m != "" && !supports(rt, m) {
+		return torpor.Invalid("lifecycle.pause_mode", "the %s runtime cannot pause by %s; it can: %v", rt.Kind(), m, rt.PauseModes())
+	}
+	return nil
+}
+
 // view returns a copy of sb for a caller, with its schedule filled in and
 // its open usage interval counted into its meters.
 func (e *Engine) view(sb *torpor.Sandbox) *torpor.Sandbox {
@@ -373,7 +383,11 @@ func (e *Engine) announce() {
 // track records what sb holds and when the idle engine acts on it next.
 func (e *Engine) track(sb *torpor.Sandbox) {
 	e.noteState(sb)
-	e.ledger.record(sb.ID, sb.State, sb.Resources)
+	held := sb.State
+	if held == torpor.StatePaused && sb.PauseMode == torpor.PauseSnapshot {
+		held = torpor.StateHibernated // a snapshot holds no CPU and no memory
+	}
+	e.ledger.record(sb.ID, held, sb.Resources)
 	if evs := plan(sb, e.maxPaused); len(evs) > 0 {
 		e.sched.set(sb.ID, evs[0].At)
 	} else {
@@ -547,6 +561,11 @@ func (e *Engine) Update(ctx context.Context, tenant, id string, req torpor.Updat
 	sb.Metadata = md
 	if err := applyPolicy(sb, req.PolicyRequest); err != nil {
 		return nil, err
+	}
+	if rt, err := e.runtime(sb.Runtime.Kind); err == nil {
+		if err := checkPauseMode(rt, sb); err != nil {
+			return nil, err
+		}
 	}
 	if req.Hooks != nil {
 		if err := torpor.ValidateHooks(*req.Hooks); err != nil {

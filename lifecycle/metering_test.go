@@ -182,7 +182,7 @@ func TestUsageLedgerIsExactAcrossCrashes(t *testing.T) {
 					}()
 					switch verb {
 					case 0:
-						e.eng.Pause(ctx, "acme", id, "")
+						e.eng.Pause(ctx, "acme", id, []torpor.PauseMode{torpor.PauseFreeze, torpor.PauseSnapshot}[rng.IntN(2)])
 					case 1:
 						e.eng.Start(ctx, "acme", id)
 					case 2:

@@ -71,6 +71,9 @@ func (e *Engine) reconcileOne(ctx context.Context, id string) error {
 		return e.coldStart(ctx, sb, sb.State, torpor.EventStarted, CauseReconcile)
 
 	case torpor.StateRunning, torpor.StateResuming:
+		if sb.State == torpor.StateResuming && sb.PauseMode == torpor.PauseSnapshot && !alive {
+			return e.resume(ctx, sb, CauseReconcile)
+		}
 		switch st.State {
 		case torpor.InstanceFrozen:
 			if err := rt.Thaw(ctx, ref(sb)); err != nil {
@@ -88,6 +91,14 @@ func (e *Engine) reconcileOne(ctx context.Context, id string) error {
 		}
 
 	case torpor.StatePausing, torpor.StatePaused:
+		if !alive && sb.PauseMode == torpor.PauseSnapshot && st.DiskExists {
+			// A snapshot pause ends the instance: nothing was lost. One
+			// cut short shows when it is restored.
+			if sb.State == torpor.StatePausing {
+				return e.setState(ctx, sb, torpor.StatePaused, e.event(sb, torpor.EventPaused, "cause", CauseReconcile, "mode", string(sb.PauseMode)))
+			}
+			return nil
+		}
 		if !alive {
 			// The processes are gone; the disk is what is left.
 			sb.Handle, sb.PauseMode = "", ""

@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path"
 	"regexp"
@@ -85,7 +86,7 @@ func (e *Engine) pause(ctx context.Context, sb *torpor.Sandbox, mode torpor.Paus
 		return err
 	}
 	e.fail("pausing.before-runtime")
-	if err := rt.Freeze(ctx, ref(sb)); err != nil {
+	if err := e.stopInstance(ctx, rt, sb, mode); err != nil {
 		_ = rt.Thaw(context.WithoutCancel(ctx), ref(sb))
 		sb.PauseMode = ""
 		ev := e.event(sb, "sandbox.pause_failed", "error", err.Error())
@@ -100,6 +101,55 @@ func (e *Engine) pause(ctx context.Context, sb *torpor.Sandbox, mode torpor.Paus
 		sb.Meters.AutoPaused++
 	}
 	return e.setState(ctx, sb, torpor.StatePaused, e.event(sb, torpor.EventPaused, "cause", cause, "mode", string(mode)))
+}
+
+// stopInstance stops sb's instance for a pause: by freezing it, or by
+// writing it to a snapshot on disk, after which its process is gone (so
+// it is no longer watched) and the sandbox records where the snapshot is.
+func (e *Engine) stopInstance(ctx context.Context, rt torpor.Runtime, sb *torpor.Sandbox, mode torpor.PauseMode) error {
+	if mode != torpor.PauseSnapshot {
+		return rt.Freeze(ctx, ref(sb))
+	}
+	snap, ok := rt.(torpor.Snapshotter)
+	if !ok {
+		return torpor.Invalid("mode", "the %s runtime cannot pause by snapshot", rt.Kind())
+	}
+	e.unwatch(sb.ID)
+	info, err := snap.Snapshot(ctx, ref(sb))
+	if err != nil {
+		e.watch(sb.ID, sb.Handle, rt)
+		return err
+	}
+	sb.Snapshot = &info
+	return nil
+}
+
+// continueInstance continues sb's paused instance: thaws it, or restores
+// it from its snapshot and watches the new instance.
+func (e *Engine) continueInstance(ctx context.Context, rt torpor.Runtime, sb *torpor.Sandbox) error {
+	if sb.PauseMode != torpor.PauseSnapshot {
+		return rt.Thaw(ctx, ref(sb))
+	}
+	snap, ok := rt.(torpor.Snapshotter)
+	if !ok {
+		return torpor.Errorf(torpor.EInternal, "the %s runtime cannot restore snapshots", rt.Kind())
+	}
+	handle, err := snap.Restore(ctx, ref(sb))
+	if err != nil {
+		return err
+	}
+	sb.Handle, sb.Snapshot = handle, nil
+	e.watch(sb.ID, handle, rt)
+	return nil
+}
+
+// idlePauseMode is how the idle engine pauses sb: as its policy says, else
+// the runtime's default.
+func idlePauseMode(sb *torpor.Sandbox) torpor.PauseMode {
+	if sb.Lifecycle != nil {
+		return sb.Lifecycle.PauseMode
+	}
+	return ""
 }
 
 func supports(rt torpor.Runtime, mode torpor.PauseMode) bool {
@@ -153,7 +203,17 @@ func (e *Engine) resume(ctx context.Context, sb *torpor.Sandbox, cause string) e
 		return err
 	}
 	e.fail("resuming.before-runtime")
-	if err := rt.Thaw(ctx, ref(sb)); err != nil {
+	if err := e.continueInstance(ctx, rt, sb); err != nil {
+		var te *torpor.Error
+		if errors.As(err, &te) && te.Reason == torpor.FailureSnapshot {
+			// Never boot it afresh as if it had resumed: it is failed,
+			// and its disk is kept for a start.
+			sb.Snapshot, sb.Handle = nil, ""
+			if rerr := e.recordFailure(ctx, sb, &torpor.Failure{Code: torpor.FailureSnapshot, Message: te.Message}); rerr != nil {
+				return rerr
+			}
+			return err
+		}
 		if rerr := e.setState(ctx, sb, torpor.StatePaused); rerr != nil {
 			return rerr
 		}
@@ -526,7 +586,7 @@ func (e *Engine) sweep(ctx context.Context, id string) {
 	}
 	switch ev.Action {
 	case torpor.ActionPause:
-		err = e.pause(ctx, sb, "", ev.Cause)
+		err = e.pause(ctx, sb, idlePauseMode(sb), ev.Cause)
 	case torpor.ActionHibernate:
 		err = e.hibernate(ctx, sb, ev.Cause)
 	case torpor.ActionKill:

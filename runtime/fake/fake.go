@@ -34,6 +34,9 @@ type Host struct {
 	NoPython bool
 	boots    map[string]int
 	cpu      map[string]time.Duration
+	// snapshots holds the instances written to a snapshot, by sandbox id;
+	// a nil entry is a snapshot that cannot be restored.
+	snapshots map[string]*instance
 }
 
 type instance struct {
@@ -49,7 +52,7 @@ type instance struct {
 
 // NewHost returns an empty host.
 func NewHost() *Host {
-	return &Host{instances: map[string]*instance{}, disks: map[string]bool{}, fail: map[string]error{}, boots: map[string]int{}, cpu: map[string]time.Duration{}}
+	return &Host{instances: map[string]*instance{}, disks: map[string]bool{}, fail: map[string]error{}, boots: map[string]int{}, cpu: map[string]time.Duration{}, snapshots: map[string]*instance{}}
 }
 
 // Runtime is a torpor.Runtime over a Host.
@@ -166,8 +169,64 @@ func (r *Runtime) CPUUsage(ctx context.Context, ref torpor.InstanceRef) (time.Du
 // Kind returns "fake".
 func (r *Runtime) Kind() string { return "fake" }
 
-// PauseModes returns freeze.
-func (r *Runtime) PauseModes() []torpor.PauseMode { return []torpor.PauseMode{torpor.PauseFreeze} }
+// PauseModes returns freeze, then snapshot.
+func (r *Runtime) PauseModes() []torpor.PauseMode {
+	return []torpor.PauseMode{torpor.PauseFreeze, torpor.PauseSnapshot}
+}
+
+// Snapshot ends the instance and keeps it, to be restored.
+func (r *Runtime) Snapshot(ctx context.Context, ref torpor.InstanceRef) (torpor.SnapshotInfo, error) {
+	r.h.mu.Lock()
+	defer r.h.mu.Unlock()
+	if err := r.h.takeFail("snapshot"); err != nil {
+		return torpor.SnapshotInfo{}, err
+	}
+	in, err := r.live(ref.SandboxID)
+	if err != nil {
+		return torpor.SnapshotInfo{}, err
+	}
+	close(in.done)
+	delete(r.h.instances, ref.SandboxID)
+	in.state = torpor.InstanceRunning
+	r.h.snapshots[ref.SandboxID] = in
+	return torpor.SnapshotInfo{Path: "fake:" + ref.SandboxID + "/snapshot", SizeBytes: in.spec.Resources.MemoryMiB << 19}, nil
+}
+
+// Restore brings a snapshotted instance back.
+func (r *Runtime) Restore(ctx context.Context, ref torpor.InstanceRef) (string, error) {
+	r.h.mu.Lock()
+	defer r.h.mu.Unlock()
+	if err := r.h.takeFail("restore"); err != nil {
+		return "", err
+	}
+	in, ok := r.h.snapshots[ref.SandboxID]
+	if !ok || in == nil {
+		return "", &torpor.Error{Code: torpor.EConflict, Reason: torpor.FailureSnapshot,
+			Message: fmt.Sprintf("the snapshot of %s cannot be restored", ref.SandboxID)}
+	}
+	delete(r.h.snapshots, ref.SandboxID)
+	in.done = make(chan struct{})
+	r.h.instances[ref.SandboxID] = in
+	r.h.boots[ref.SandboxID]++ // a new handle
+	return fmt.Sprintf("fake:%s:%d", ref.SandboxID, r.h.boots[ref.SandboxID]), nil
+}
+
+// CorruptSnapshot makes the snapshot of id impossible to restore.
+func (h *Host) CorruptSnapshot(id string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if _, ok := h.snapshots[id]; ok {
+		h.snapshots[id] = nil
+	}
+}
+
+// HasSnapshot reports whether id has a snapshot.
+func (h *Host) HasSnapshot(id string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, ok := h.snapshots[id]
+	return ok
+}
 
 // Boot starts a fresh instance.
 func (r *Runtime) Boot(ctx context.Context, spec torpor.BootSpec) (string, error) {
@@ -243,6 +302,7 @@ func (r *Runtime) Stop(ctx context.Context, ref torpor.InstanceRef) error {
 }
 
 func (r *Runtime) stopLocked(id string) {
+	delete(r.h.snapshots, id)
 	if in, ok := r.h.instances[id]; ok {
 		if in.state != torpor.InstanceStopped {
 			close(in.done)

@@ -78,6 +78,7 @@ type optRecord struct {
 type lifecycleRecord struct {
 	OnTimeout  string `json:"on_timeout,omitempty"`
 	AutoResume *bool  `json:"auto_resume,omitempty"`
+	PauseMode  string `json:"pause_mode,omitempty"`
 }
 
 type policyRecord struct {
@@ -144,7 +145,7 @@ func encodeRecord(sb *torpor.Sandbox) (string, error) {
 		Meters: countersRecord(sb.Meters),
 	}
 	if l := sb.Lifecycle; l != nil {
-		r.Lifecycle = &lifecycleRecord{OnTimeout: l.OnTimeout, AutoResume: l.AutoResume}
+		r.Lifecycle = &lifecycleRecord{OnTimeout: l.OnTimeout, AutoResume: l.AutoResume, PauseMode: string(l.PauseMode)}
 	}
 	for _, h := range sb.Hooks {
 		r.Hooks = append(r.Hooks, hookRecord(h))
@@ -209,7 +210,7 @@ func decodeRecord(sb *torpor.Sandbox, data string) error {
 	}
 	sb.Meters = torpor.Meters(r.Meters)
 	if l := r.Lifecycle; l != nil {
-		sb.Lifecycle = &torpor.Lifecycle{OnTimeout: l.OnTimeout, AutoResume: l.AutoResume}
+		sb.Lifecycle = &torpor.Lifecycle{OnTimeout: l.OnTimeout, AutoResume: l.AutoResume, PauseMode: torpor.PauseMode(l.PauseMode)}
 	}
 	for _, h := range r.Hooks {
 		sb.Hooks = append(sb.Hooks, torpor.Hook(h))

@@ -57,7 +57,7 @@ func fullSandbox(id, tenant string) *torpor.Sandbox {
 		Env:        map[string]string{"API_TOKEN": "s3cr3t", "EMPTY": ""},
 		Handle:     `{"bundle":"/var/lib/torpor/sandboxes/x","pid":4242}`,
 		Timeout:    torpor.Seconds(300),
-		Lifecycle:  &torpor.Lifecycle{OnTimeout: torpor.ActionPause, AutoResume: &autoResume},
+		Lifecycle:  &torpor.Lifecycle{OnTimeout: torpor.ActionPause, AutoResume: &autoResume, PauseMode: torpor.PauseSnapshot},
 		LifecyclePolicy: torpor.LifecyclePolicy{
 			PauseAfterIdleSeconds:       torpor.Off(),
 			HibernateAfterPausedSeconds: torpor.Seconds(600),
