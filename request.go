@@ -20,6 +20,9 @@ type CreateRequest struct {
 	Ports []PortSpec `json:"ports,omitempty"`
 	// AllowInternet lets the sandbox reach the internet (off by default).
 	AllowInternet bool `json:"allow_internet,omitempty"`
+	// Isolation picks the kind of runtime: "container" or "vm" (empty:
+	// runtime.kind, else the server's default).
+	Isolation string `json:"isolation,omitempty"`
 }
 
 // UpdateRequest changes a sandbox in place (PATCH). Absent fields stay as
@@ -88,6 +91,11 @@ func (r *CreateRequest) Validate(l Limits) (Resources, error) {
 	}
 	if err := validateRuntime(r.Runtime); err != nil {
 		return Resources{}, err
+	}
+	switch r.Isolation {
+	case "", IsolationContainer, IsolationVM:
+	default:
+		return Resources{}, Invalid("isolation", "must be %s or %s", IsolationContainer, IsolationVM)
 	}
 	if err := r.PolicyRequest.Validate(); err != nil {
 		return Resources{}, err

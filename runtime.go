@@ -153,3 +153,27 @@ type SnapshotInfo struct {
 	Path      string `json:"path"`
 	SizeBytes int64  `json:"size_bytes"`
 }
+
+// Isolation kinds a sandbox may ask for ("isolation" in a create request).
+const (
+	IsolationContainer = "container"
+	IsolationVM        = "vm"
+)
+
+// RuntimeInfo describes a runtime this node can run (GET /v1/runtimes).
+type RuntimeInfo struct {
+	Kind       string      `json:"kind"`
+	Isolation  string      `json:"isolation"`
+	PauseModes []PauseMode `json:"pause_modes"`
+	// Default marks the runtime a request that names none gets.
+	Default bool `json:"default"`
+	// Details are what the runtime says of itself: its acceleration (kvm
+	// or tcg), versions.
+	Details map[string]string `json:"details,omitempty"`
+}
+
+// Describer is an optional Runtime capability: its isolation and details
+// for GET /v1/runtimes. A runtime without it is a container runtime.
+type Describer interface {
+	Describe() RuntimeInfo
+}

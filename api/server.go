@@ -119,6 +119,7 @@ func (s *Server) routes() []route {
 		{"GET", "/v1/sandboxes/{id}/events", s.sandboxEvents, false},
 		{"GET", "/v1/events", s.events, false},
 		{"GET", "/v1/usage", s.usage, false},
+		{"GET", "/v1/runtimes", s.listRuntimes, false},
 		{"GET", "/v1/templates", s.templates, false},
 		{"GET", "/v1/templates/{name}", s.getTemplate, false},
 		{"DELETE", "/v1/templates/{name}", s.deleteTemplate, true},

@@ -80,3 +80,26 @@ func TestUsageReportPerTenant(t *testing.T) {
 		})
 	}
 }
+
+func TestRuntimesAndIsolation(t *testing.T) {
+	f := newFixture(t)
+	rts, err := f.tenantCl.Runtimes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rts) != 1 || rts[0].Kind != "fake" || rts[0].Isolation != torpor.IsolationContainer || !rts[0].Default ||
+		len(rts[0].PauseModes) == 0 {
+		t.Fatalf("runtimes: %+v", rts)
+	}
+	if _, err := f.tenantCl.Create(ctx, torpor.CreateRequest{Template: "base", Isolation: torpor.IsolationContainer}); err != nil {
+		t.Fatalf("isolation container: %v", err)
+	}
+	status, eb := f.raw(t, "POST", "/v1/sandboxes", f.acmeKey, "application/json", `{"template":"base","isolation":"vm"}`)
+	if status != 400 || eb.Error.Param != "isolation" {
+		t.Errorf("isolation vm on a node without one: %d %+v", status, eb.Error)
+	}
+	status, eb = f.raw(t, "POST", "/v1/sandboxes", f.acmeKey, "application/json", `{"template":"base","isolation":"chroot"}`)
+	if status != 400 || eb.Error.Param != "isolation" {
+		t.Errorf("an unknown isolation: %d %+v", status, eb.Error)
+	}
+}

@@ -403,3 +403,9 @@ func (c *Client) Usage(ctx context.Context, q UsageQuery) (*wire.UsageReport, er
 	var out wire.UsageReport
 	return &out, c.do(ctx, "GET", "/v1/usage", v, nil, &out)
 }
+
+// Runtimes lists the runtimes the node can run and how each pauses.
+func (c *Client) Runtimes(ctx context.Context) ([]torpor.RuntimeInfo, error) {
+	var out wire.RuntimeList
+	return out.Runtimes, c.do(ctx, "GET", "/v1/runtimes", nil, nil, &out)
+}

@@ -119,4 +119,7 @@ func TestUsageLedgerExactAcrossKillNine(t *testing.T) {
 		}
 		t.Logf("%s: %d rows, %d spans, %s", id, len(rows), len(spans), m)
 	}
+	if out := d.ok("usage", "--by", "day"); !strings.Contains(out, "TOTAL") || !strings.Contains(out, time.Now().UTC().Format(time.DateOnly)) {
+		t.Errorf("torpor usage --by day:\n%s", out)
+	}
 }

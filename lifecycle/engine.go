@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sort"
 	"sync"
 	"time"
 
@@ -218,6 +219,55 @@ func (e *Engine) runtime(kind string) (torpor.Runtime, error) {
 	return rt, nil
 }
 
+// runtimeFor picks the runtime of a create request: the one named by kind,
+// else the default one when it gives the isolation asked for, else the
+// first that does.
+func (e *Engine) runtimeFor(isolation, kind string) (torpor.Runtime, error) {
+	if kind != "" || isolation == "" {
+		rt, err := e.runtime(kind)
+		if err != nil {
+			return nil, err
+		}
+		if isolation != "" && isolationOf(rt) != isolation {
+			return nil, torpor.Invalid("isolation", "runtime %s gives %s isolation, not %s", rt.Kind(), isolationOf(rt), isolation)
+		}
+		return rt, nil
+	}
+	if rt := e.runtimes[e.defKind]; isolationOf(rt) == isolation {
+		return rt, nil
+	}
+	for _, info := range e.Runtimes() {
+		if info.Isolation == isolation {
+			return e.runtimes[info.Kind], nil
+		}
+	}
+	return nil, torpor.Invalid("isolation", "this server has no %s runtime (GET /v1/runtimes lists what it has)", isolation)
+}
+
+func isolationOf(rt torpor.Runtime) string {
+	if d, ok := rt.(torpor.Describer); ok {
+		return d.Describe().Isolation
+	}
+	return torpor.IsolationContainer
+}
+
+// Runtimes describes the runtimes this node can run, sorted by kind.
+func (e *Engine) Runtimes() []torpor.RuntimeInfo {
+	out := make([]torpor.RuntimeInfo, 0, len(e.runtimes))
+	for kind, rt := range e.runtimes {
+		info := torpor.RuntimeInfo{Kind: kind, Isolation: torpor.IsolationContainer}
+		if d, ok := rt.(torpor.Describer); ok {
+			info = d.Describe()
+			info.Kind = kind
+		}
+		info.PauseModes = rt.PauseModes()
+		info.Default = kind == e.defKind
+		out = append(out, info)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Kind < out[j].Kind })
+	return out
+}
+
 func (e *Engine) now() time.Time { return e.clock.Now().UTC() }
 
 // Create makes a sandbox for tenant and boots it. A boot that fails leaves
@@ -227,7 +277,7 @@ func (e *Engine) Create(ctx context.Context, tenant string, req torpor.CreateReq
 	if err != nil {
 		return nil, err
 	}
-	rt, err := e.runtime(req.Runtime.Kind)
+	rt, err := e.runtimeFor(req.Isolation, req.Runtime.Kind)
 	if err != nil {
 		return nil, err
 	}

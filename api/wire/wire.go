@@ -168,3 +168,8 @@ type UsageReport struct {
 	Groups    []torpor.UsageTotals `json:"groups,omitempty"`
 	Total     torpor.UsageTotals   `json:"total"`
 }
+
+// RuntimeList is the body of GET /v1/runtimes.
+type RuntimeList struct {
+	Runtimes []torpor.RuntimeInfo `json:"runtimes"`
+}

@@ -83,6 +83,8 @@ func (c *cli) createCmd() *cobra.Command {
 	f.StringArrayVarP(&md, "metadata", "m", nil, "metadata KEY=VALUE (repeatable)")
 	f.StringArrayVar(&setup, "setup", nil, "shell command run at each boot before the entrypoint (repeatable)")
 	f.StringVar(&runtimeKind, "runtime", "", "runtime (default: the server's)")
+	f.StringVar(&req.Isolation, "isolation", "", "container or vm (default: the server's; torpor runtimes lists them)")
+	f.BoolVar(&req.AllowInternet, "allow-internet", false, "let the sandbox reach the internet")
 	f.StringVar(&hooksFile, "hooks-file", "", "JSON file with a list of lifecycle hooks (see docs/hooks.md)")
 	f.BoolVar(&req.IgnoreImageHooks, "ignore-image-hooks", false, "skip the hooks the template ships")
 	pf.add(cmd)
@@ -108,7 +110,7 @@ func readHooks(path string) ([]torpor.Hook, error) {
 // turns a rule off (null in the API).
 type policyFlags struct {
 	timeout, pauseAfter, hibernateAfter, connIdle int64
-	onTimeout                                     string
+	onTimeout, pauseMode                          string
 	autoResume                                    bool
 }
 
@@ -116,6 +118,7 @@ func (p *policyFlags) add(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.Int64Var(&p.timeout, "timeout", 0, "idle seconds before --on-timeout acts (0: off)")
 	f.StringVar(&p.onTimeout, "on-timeout", "", "kill, pause or hibernate when --timeout passes (default kill)")
+	f.StringVar(&p.pauseMode, "pause-mode", "", "how the idle engine pauses: freeze or snapshot (default: the runtime's)")
 	f.BoolVar(&p.autoResume, "auto-resume", true, "wake the sandbox on the next operation when it is paused or hibernated")
 	f.Int64Var(&p.pauseAfter, "pause-after", 0, "pause after this many idle seconds (0: off)")
 	f.Int64Var(&p.hibernateAfter, "hibernate-after", 0, "hibernate after this many seconds paused, or idle when pausing is off (0: off)")
@@ -136,8 +139,8 @@ func (p *policyFlags) request(cmd *cobra.Command) torpor.PolicyRequest {
 	}
 	var r torpor.PolicyRequest
 	r.Timeout = secs("timeout", p.timeout)
-	if f.Changed("on-timeout") || f.Changed("auto-resume") {
-		r.Lifecycle = &torpor.Lifecycle{OnTimeout: p.onTimeout}
+	if f.Changed("on-timeout") || f.Changed("auto-resume") || f.Changed("pause-mode") {
+		r.Lifecycle = &torpor.Lifecycle{OnTimeout: p.onTimeout, PauseMode: torpor.PauseMode(p.pauseMode)}
 		if f.Changed("auto-resume") {
 			v := p.autoResume
 			r.Lifecycle.AutoResume = &v
