@@ -105,6 +105,10 @@ func TestFiguresMoveWithSandboxes(t *testing.T) {
 	if value(body, "torpor_store_write_seconds_count") < 5 {
 		t.Error("store writes are not counted")
 	}
+	// running, frozen, running: three intervals closed into the ledger.
+	if got := value(body, "torpor_usage_ledger_rows_total"); got != 3 {
+		t.Errorf("usage ledger rows = %v, want 3", got)
+	}
 	cl.Delete(ctx, sb.ID)
 	if got := value(scrape(), `torpor_sandboxes{state="paused"}`); got != 0 {
 		t.Errorf("after delete: paused = %v", got)
