@@ -21,11 +21,27 @@ func ValidateTenantName(name string) error {
 	return nil
 }
 
+// Key tiers: what GPU rules (and later quotas) read from the key a request
+// came with.
+const (
+	TierStandard = "standard"
+	TierFree     = "free"
+)
+
+// ValidateTier checks a key tier; empty means standard.
+func ValidateTier(tier string) error {
+	switch tier {
+	case "", TierStandard, TierFree:
+		return nil
+	}
+	return Invalid("tier", "must be %s or %s", TierFree, TierStandard)
+}
+
 // NewAPIKey makes a key for tenant. The secret is shown once; only its
 // hash is kept.
 func NewAPIKey(tenant string, admin bool, now time.Time) (secret string, k APIKey) {
 	secret = KeyPrefix + NewID("", 40)
-	return secret, APIKey{ID: NewID("key_", 12), Tenant: tenant, Admin: admin, Hash: HashKey(secret), CreatedAt: now}
+	return secret, APIKey{ID: NewID("key_", 12), Tenant: tenant, Admin: admin, Tier: TierStandard, Hash: HashKey(secret), CreatedAt: now}
 }
 
 // HashKey is the stored form of a key's secret.

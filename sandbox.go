@@ -249,9 +249,11 @@ type Tenant struct {
 // APIKey authenticates requests for a tenant. Only a hash of the secret is
 // stored.
 type APIKey struct {
-	ID        string    `json:"id"`
-	Tenant    string    `json:"tenant"`
-	Admin     bool      `json:"admin"`
+	ID     string `json:"id"`
+	Tenant string `json:"tenant"`
+	Admin  bool   `json:"admin"`
+	// Tier is TierStandard or TierFree.
+	Tier      string    `json:"tier"`
 	Hash      string    `json:"-"`
 	CreatedAt time.Time `json:"created_at"`
 }

@@ -58,7 +58,8 @@ type AuthStore interface {
 	CreateTenant(ctx context.Context, t Tenant) error
 	GetTenant(ctx context.Context, name string) (*Tenant, error)
 	ListTenants(ctx context.Context) ([]Tenant, error)
-	// CreateAPIKey inserts a key; its tenant must exist.
+	// CreateAPIKey inserts a key; its tenant must exist. A key without a
+	// tier is stored as TierStandard.
 	CreateAPIKey(ctx context.Context, k APIKey) error
 	// APIKeyByHash finds a key by the hash of its secret, or not_found.
 	APIKeyByHash(ctx context.Context, hash string) (*APIKey, error)

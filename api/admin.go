@@ -45,6 +45,9 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request, p principal) 
 	if err := torpor.ValidateTenantName(req.Tenant); err != nil {
 		return err
 	}
+	if err := torpor.ValidateTier(req.Tier); err != nil {
+		return err
+	}
 	now := s.clock.Now().UTC()
 	if _, err := s.auth.GetTenant(r.Context(), req.Tenant); torpor.IsCode(err, torpor.ENotFound) {
 		if err := s.auth.CreateTenant(r.Context(), torpor.Tenant{Name: req.Tenant, CreatedAt: now}); err != nil && !torpor.IsCode(err, torpor.EConflict) {
@@ -54,6 +57,9 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request, p principal) 
 		return err
 	}
 	secret, k := torpor.NewAPIKey(req.Tenant, req.Admin, now)
+	if req.Tier != "" {
+		k.Tier = req.Tier
+	}
 	if err := s.auth.CreateAPIKey(r.Context(), k); err != nil {
 		return err
 	}

@@ -74,7 +74,7 @@ func newFixture(t testing.TB) *fixture {
 	t.Cleanup(hs.Close)
 	f := &fixture{url: hs.URL, admin: secret, store: st, host: host}
 	f.adminCl, _ = client.New(hs.URL, secret)
-	kc, err := f.adminCl.CreateKey(ctx, "acme", false)
+	kc, err := f.adminCl.CreateKey(ctx, wire.KeyRequest{Tenant: "acme"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +155,7 @@ func TestSandboxJSONHidesEnvAndHandle(t *testing.T) {
 	}
 	req, _ := http.NewRequest("GET", f.url+"/v1/sandboxes/"+sb.ID, nil)
 	req.Header.Set("Authorization", "Bearer "+f.admin)
-	kc, _ := f.adminCl.CreateKey(ctx, "acme", false)
+	kc, _ := f.adminCl.CreateKey(ctx, wire.KeyRequest{Tenant: "acme"})
 	req.Header.Set("Authorization", "Bearer "+kc.Key)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -213,7 +213,7 @@ func TestAuthAndTenants(t *testing.T) {
 		{"tenant listing tenants", "GET", "/v1/tenants", "acme", 403, torpor.EForbidden},
 		{"unknown endpoint", "GET", "/v1/nothing", "admin", 404, torpor.ENotFound},
 	}
-	acmeKey, _ := f.adminCl.CreateKey(ctx, "acme", false)
+	acmeKey, _ := f.adminCl.CreateKey(ctx, wire.KeyRequest{Tenant: "acme"})
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			key := map[string]string{"acme": acmeKey.Key, "admin": f.admin}[c.key]
@@ -237,7 +237,7 @@ func TestAuthAndTenants(t *testing.T) {
 func TestBadInputIs4xxAndChangesNothing(t *testing.T) {
 	f := newFixture(t)
 	sb, _ := f.tenantCl.Create(ctx, torpor.CreateRequest{Template: "base"})
-	acme, _ := f.adminCl.CreateKey(ctx, "acme", false)
+	acme, _ := f.adminCl.CreateKey(ctx, wire.KeyRequest{Tenant: "acme"})
 	cases := []struct {
 		name, method, path, ctype, body string
 		status                          int

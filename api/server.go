@@ -64,6 +64,7 @@ type Server struct {
 type principal struct {
 	tenant string
 	admin  bool
+	tier   string
 }
 
 type handler func(w http.ResponseWriter, r *http.Request, p principal) error
@@ -238,5 +239,5 @@ func (s *Server) authenticate(ctx context.Context, r *http.Request) (principal, 
 		}
 		return principal{}, err
 	}
-	return principal{tenant: k.Tenant, admin: k.Admin}, nil
+	return principal{tenant: k.Tenant, admin: k.Admin, tier: k.Tier}, nil
 }

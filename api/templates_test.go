@@ -14,6 +14,7 @@ import (
 
 	"github.com/torpor-dev/torpor"
 	"github.com/torpor-dev/torpor/api"
+	"github.com/torpor-dev/torpor/api/wire"
 	"github.com/torpor-dev/torpor/client"
 	"github.com/torpor-dev/torpor/lifecycle"
 	"github.com/torpor-dev/torpor/runtime/fake"
@@ -66,7 +67,7 @@ func newTmplFixture(t *testing.T) *tmplFixture {
 	t.Cleanup(hs.Close)
 	f := &tmplFixture{url: hs.URL, store: st, adminKey: secret}
 	f.admin, _ = client.New(hs.URL, secret)
-	kc, err := f.admin.CreateKey(ctx, "acme", false)
+	kc, err := f.admin.CreateKey(ctx, wire.KeyRequest{Tenant: "acme"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -362,9 +362,9 @@ func (c *Client) Tenants(ctx context.Context) ([]torpor.Tenant, error) {
 
 // CreateKey makes an API key for a tenant, and the tenant if it is new
 // (admin keys only). The secret is in the result's Key, shown only once.
-func (c *Client) CreateKey(ctx context.Context, tenant string, admin bool) (*wire.KeyCreated, error) {
+func (c *Client) CreateKey(ctx context.Context, req wire.KeyRequest) (*wire.KeyCreated, error) {
 	var out wire.KeyCreated
-	return &out, c.do(ctx, "POST", "/v1/keys", nil, wire.KeyRequest{Tenant: tenant, Admin: admin}, &out)
+	return &out, c.do(ctx, "POST", "/v1/keys", nil, req, &out)
 }
 
 // UsageQuery selects a usage report (see GET /v1/usage). Zero fields are

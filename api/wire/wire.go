@@ -118,6 +118,8 @@ type TenantRequest struct {
 type KeyRequest struct {
 	Tenant string `json:"tenant"`
 	Admin  bool   `json:"admin,omitempty"`
+	// Tier is "standard" (the default) or "free".
+	Tier string `json:"tier,omitempty"`
 }
 
 // KeyCreated answers POST /v1/keys: the secret is shown only here.

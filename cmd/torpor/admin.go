@@ -5,6 +5,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/torpor-dev/torpor"
+	"github.com/torpor-dev/torpor/api/wire"
 	"github.com/torpor-dev/torpor/daemon"
 )
 
@@ -35,6 +37,7 @@ func (c *cli) keysCmd() *cobra.Command {
 	var (
 		tenant string
 		admin  bool
+		tier   string
 	)
 	create := &cobra.Command{
 		Use:   "create --tenant NAME",
@@ -45,7 +48,7 @@ func (c *cli) keysCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			k, err := cl.CreateKey(cmd.Context(), tenant, admin)
+			k, err := cl.CreateKey(cmd.Context(), wire.KeyRequest{Tenant: tenant, Admin: admin, Tier: tier})
 			if err != nil {
 				return err
 			}
@@ -58,6 +61,7 @@ func (c *cli) keysCmd() *cobra.Command {
 	}
 	create.Flags().StringVar(&tenant, "tenant", "", "tenant the key belongs to")
 	create.Flags().BoolVar(&admin, "admin", false, "the key can manage tenants and keys")
+	create.Flags().StringVar(&tier, "tier", torpor.TierStandard, "the key's tier: standard or free (GPU rules read it)")
 	_ = create.MarkFlagRequired("tenant")
 	keys.AddCommand(create)
 	return keys

@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -82,8 +83,8 @@ func (s *Store) CreateAPIKey(ctx context.Context, k torpor.APIKey) error {
 			return err
 		}
 		_, err := tx.ExecContext(ctx,
-			`INSERT INTO api_keys (id, tenant, admin, hash, created_at) VALUES (?, ?, ?, ?, ?)`,
-			k.ID, k.Tenant, k.Admin, k.Hash, micros(k.CreatedAt))
+			`INSERT INTO api_keys (id, tenant, admin, hash, created_at, tier) VALUES (?, ?, ?, ?, ?, ?)`,
+			k.ID, k.Tenant, k.Admin, k.Hash, micros(k.CreatedAt), cmp.Or(k.Tier, torpor.TierStandard))
 		if err != nil {
 			return wrap(err, fmt.Sprintf("an API key with id %q or the same secret already exists", k.ID), op)
 		}
@@ -111,8 +112,8 @@ func (s *Store) APIKeyByHash(ctx context.Context, hash string) (*torpor.APIKey, 
 		created int64
 	)
 	err := s.read.QueryRowContext(ctx,
-		`SELECT id, tenant, admin, created_at FROM api_keys WHERE hash = ?`, hash).
-		Scan(&k.ID, &k.Tenant, &k.Admin, &created)
+		`SELECT id, tenant, admin, created_at, tier FROM api_keys WHERE hash = ?`, hash).
+		Scan(&k.ID, &k.Tenant, &k.Admin, &created, &k.Tier)
 	if errors.Is(err, sql.ErrNoRows) {
 		// The hash is a credential: never echo it.
 		return nil, torpor.Errorf(torpor.ENotFound, "API key not found")

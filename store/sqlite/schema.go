@@ -83,6 +83,8 @@ CREATE INDEX sandboxes_by_template ON sandboxes (json_extract(record, '$.templat
 		// 4: the usage ledger and the last sign of life of each sandbox
 		// (usage.go).
 		usageSchema,
+		// 5: API keys carry a tier.
+		`ALTER TABLE api_keys ADD COLUMN tier TEXT NOT NULL DEFAULT 'standard';`,
 	}
 }
 

@@ -94,8 +94,8 @@ func testTenantList(t *testing.T, h *harness) {
 
 func testKeyLookup(t *testing.T, h *harness) {
 	h.createTenant("acme", at(0))
-	admin := torpor.APIKey{ID: "key_admin", Tenant: "acme", Admin: true, Hash: "sha256:aaaa", CreatedAt: at(time.Second)}
-	user := torpor.APIKey{ID: "key_user", Tenant: "acme", Admin: false, Hash: "sha256:bbbb", CreatedAt: at(2 * time.Second)}
+	admin := torpor.APIKey{ID: "key_admin", Tenant: "acme", Admin: true, Tier: torpor.TierStandard, Hash: "sha256:aaaa", CreatedAt: at(time.Second)}
+	user := torpor.APIKey{ID: "key_user", Tenant: "acme", Admin: false, Tier: torpor.TierFree, Hash: "sha256:bbbb", CreatedAt: at(2 * time.Second)}
 	h.createKey(admin)
 	h.createKey(user)
 
@@ -129,7 +129,7 @@ func testKeyUnknownHash(t *testing.T, h *harness) {
 func testKeyDuplicate(t *testing.T, h *harness) {
 	h.createTenant("acme", at(0))
 	h.createTenant("globex", at(0))
-	first := torpor.APIKey{ID: "key_1", Tenant: "acme", Hash: "sha256:aaaa", CreatedAt: at(0)}
+	first := torpor.APIKey{ID: "key_1", Tenant: "acme", Tier: torpor.TierStandard, Hash: "sha256:aaaa", CreatedAt: at(0)}
 	h.createKey(first)
 
 	sameID := torpor.APIKey{ID: "key_1", Tenant: "globex", Hash: "sha256:bbbb", CreatedAt: at(time.Second)}

@@ -25,7 +25,7 @@ func testSurvivesRestart(t *testing.T, h *harness) {
 	plain.Metadata = map[string]string{}
 	h.create(plain)
 	tenant := h.createTenant("acme", at(0))
-	key := torpor.APIKey{ID: "key_1", Tenant: "acme", Admin: true, Hash: "sha256:aaaa", CreatedAt: at(time.Second)}
+	key := torpor.APIKey{ID: "key_1", Tenant: "acme", Admin: true, Tier: torpor.TierStandard, Hash: "sha256:aaaa", CreatedAt: at(time.Second)}
 	h.createKey(key)
 	tpl := torpor.Template{Name: "base", RootFS: "/rootfs/base", CreatedAt: at(0)}
 	h.putTemplate(tpl)
