@@ -70,10 +70,8 @@ type UsageState struct {
 	SeenAt time.Time
 }
 
-// Meters are a sandbox's totals: seconds in each kind, what was charged,
-// and counts of its transitions. Seconds and cost cover the settled
-// ledger rows; the API adds the open interval when it shows them.
-type Meters struct {
+// UsageSeconds count the seconds spent in each usage kind.
+type UsageSeconds struct {
 	RunningS        float64 `json:"running_s"`
 	FrozenS         float64 `json:"frozen_s"`
 	SnapshotPausedS float64 `json:"snapshot_paused_s"`
@@ -83,7 +81,34 @@ type Meters struct {
 	// memory), which for a container or VM is the same.
 	ResidentS float64 `json:"resident_s"`
 	BilledS   float64 `json:"billed_s"`
-	Cost      float64 `json:"cost"`
+}
+
+// add counts the seconds of a usage row.
+func (u *UsageSeconds) add(r UsageRecord) {
+	switch r.Kind {
+	case UsageRunning:
+		u.RunningS += r.Seconds
+	case UsageFrozen:
+		u.FrozenS += r.Seconds
+	case UsageSnapshotPaused:
+		u.SnapshotPausedS += r.Seconds
+	case UsageHibernated:
+		u.HibernatedS += r.Seconds
+	}
+	if r.Kind.Resident() {
+		u.ResidentS += r.Seconds
+	}
+	if r.VCPUSeconds > 0 || r.MemoryGiBSeconds > 0 {
+		u.BilledS += r.Seconds
+	}
+}
+
+// Meters are a sandbox's totals: seconds in each kind, what was charged,
+// and counts of its transitions. Seconds and cost cover the settled
+// ledger rows; the API adds the open interval when it shows them.
+type Meters struct {
+	UsageSeconds
+	Cost float64 `json:"cost"`
 
 	Pauses         int64 `json:"pauses"`
 	AutoPaused     int64 `json:"auto_paused"`
@@ -95,22 +120,7 @@ type Meters struct {
 
 // Add counts a usage row into the meters.
 func (m *Meters) Add(r UsageRecord) {
-	switch r.Kind {
-	case UsageRunning:
-		m.RunningS += r.Seconds
-	case UsageFrozen:
-		m.FrozenS += r.Seconds
-	case UsageSnapshotPaused:
-		m.SnapshotPausedS += r.Seconds
-	case UsageHibernated:
-		m.HibernatedS += r.Seconds
-	}
-	if r.Kind.Resident() {
-		m.ResidentS += r.Seconds
-	}
-	if r.VCPUSeconds > 0 || r.MemoryGiBSeconds > 0 {
-		m.BilledS += r.Seconds
-	}
+	m.add(r)
 	m.Cost += r.Cost
 }
 
@@ -261,13 +271,8 @@ const (
 type UsageTotals struct {
 	// Key names the group: a sandbox id, a day (2006-01-02, UTC) or a
 	// tenant; empty for the grand total.
-	Key                string  `json:"key,omitempty"`
-	RunningS           float64 `json:"running_s"`
-	FrozenS            float64 `json:"frozen_s"`
-	SnapshotPausedS    float64 `json:"snapshot_paused_s"`
-	HibernatedS        float64 `json:"hibernated_s"`
-	ResidentS          float64 `json:"resident_s"`
-	BilledS            float64 `json:"billed_s"`
+	Key string `json:"key,omitempty"`
+	UsageSeconds
 	VCPUSeconds        float64 `json:"vcpu_s"`
 	MemoryGiBSeconds   float64 `json:"memory_gib_s"`
 	DiskGiBSeconds     float64 `json:"disk_gib_s"`
@@ -278,14 +283,7 @@ type UsageTotals struct {
 
 // Add counts r into t.
 func (t *UsageTotals) Add(r UsageRecord) {
-	m := Meters{}
-	m.Add(r)
-	t.RunningS += m.RunningS
-	t.FrozenS += m.FrozenS
-	t.SnapshotPausedS += m.SnapshotPausedS
-	t.HibernatedS += m.HibernatedS
-	t.ResidentS += m.ResidentS
-	t.BilledS += m.BilledS
+	t.add(r)
 	t.VCPUSeconds += r.VCPUSeconds
 	t.MemoryGiBSeconds += r.MemoryGiBSeconds
 	t.DiskGiBSeconds += r.DiskGiBSeconds

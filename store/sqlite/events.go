@@ -45,16 +45,7 @@ func encodeAttrs(attrs map[string]string) (sql.NullString, error) {
 // ListEvents returns the events after f.After (a Seq) that match f, oldest
 // first, at most f.Limit of them when f.Limit is positive.
 func (s *Store) ListEvents(ctx context.Context, f torpor.EventFilter) ([]torpor.Event, error) {
-	where := []string{"seq > ?"}
-	args := []any{f.After}
-	if f.Tenant != "" {
-		where = append(where, "tenant = ?")
-		args = append(args, f.Tenant)
-	}
-	if f.SandboxID != "" {
-		where = append(where, "sandbox_id = ?")
-		args = append(args, f.SandboxID)
-	}
+	where, args := afterCursor(f.After, f.Tenant, f.SandboxID)
 	limit := int64(-1) // SQLite: no limit
 	if f.Limit > 0 {
 		limit = int64(f.Limit)
@@ -99,4 +90,19 @@ func scanEvent(sc scanner) (torpor.Event, error) {
 		}
 	}
 	return e, nil
+}
+
+// afterCursor starts the WHERE conditions of a log read (events, usage):
+// the rows after a cursor, of a tenant and a sandbox when they are given.
+func afterCursor(after int64, tenant, sandboxID string) (where []string, args []any) {
+	where, args = []string{"seq > ?"}, []any{after}
+	if tenant != "" {
+		where = append(where, "tenant = ?")
+		args = append(args, tenant)
+	}
+	if sandboxID != "" {
+		where = append(where, "sandbox_id = ?")
+		args = append(args, sandboxID)
+	}
+	return where, args
 }

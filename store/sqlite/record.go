@@ -104,6 +104,21 @@ type countersRecord struct {
 	AutoHibernated int64 `json:"auto_hibernated,omitempty"`
 }
 
+func metersRecord(m torpor.Meters) countersRecord {
+	u := m.UsageSeconds
+	return countersRecord{RunningS: u.RunningS, FrozenS: u.FrozenS, SnapshotPausedS: u.SnapshotPausedS, HibernatedS: u.HibernatedS,
+		ResidentS: u.ResidentS, BilledS: u.BilledS, Cost: m.Cost, Pauses: m.Pauses, AutoPaused: m.AutoPaused, Resumes: m.Resumes,
+		AutoResumed: m.AutoResumed, Hibernations: m.Hibernations, AutoHibernated: m.AutoHibernated}
+}
+
+func (r countersRecord) meters() torpor.Meters {
+	return torpor.Meters{
+		UsageSeconds: torpor.UsageSeconds{RunningS: r.RunningS, FrozenS: r.FrozenS, SnapshotPausedS: r.SnapshotPausedS,
+			HibernatedS: r.HibernatedS, ResidentS: r.ResidentS, BilledS: r.BilledS},
+		Cost: r.Cost, Pauses: r.Pauses, AutoPaused: r.AutoPaused, Resumes: r.Resumes, AutoResumed: r.AutoResumed,
+		Hibernations: r.Hibernations, AutoHibernated: r.AutoHibernated}
+}
+
 type failureRecord struct {
 	Code     string `json:"code"`
 	Message  string `json:"message"`
@@ -142,7 +157,7 @@ func encodeRecord(sb *torpor.Sandbox) (string, error) {
 			HibernateAfterPaused: optRecord(sb.LifecyclePolicy.HibernateAfterPausedSeconds),
 			ConnectionIdle:       optRecord(sb.LifecyclePolicy.ConnectionIdleSeconds),
 		},
-		Meters: countersRecord(sb.Meters),
+		Meters: metersRecord(sb.Meters),
 	}
 	if l := sb.Lifecycle; l != nil {
 		r.Lifecycle = &lifecycleRecord{OnTimeout: l.OnTimeout, AutoResume: l.AutoResume, PauseMode: string(l.PauseMode)}
@@ -208,7 +223,7 @@ func decodeRecord(sb *torpor.Sandbox, data string) error {
 		HibernateAfterPausedSeconds: torpor.OptSeconds(r.Policy.HibernateAfterPaused),
 		ConnectionIdleSeconds:       torpor.OptSeconds(r.Policy.ConnectionIdle),
 	}
-	sb.Meters = torpor.Meters(r.Meters)
+	sb.Meters = r.Meters.meters()
 	if l := r.Lifecycle; l != nil {
 		sb.Lifecycle = &torpor.Lifecycle{OnTimeout: l.OnTimeout, AutoResume: l.AutoResume, PauseMode: torpor.PauseMode(l.PauseMode)}
 	}

@@ -82,16 +82,7 @@ func (s *Store) MarkSeen(ctx context.Context, t time.Time, ids ...string) error 
 
 // ListUsage returns the ledger rows that match f, in ledger order.
 func (s *Store) ListUsage(ctx context.Context, f torpor.UsageFilter) ([]torpor.UsageRecord, error) {
-	where := []string{"seq > ?"}
-	args := []any{f.After}
-	if f.Tenant != "" {
-		where = append(where, "tenant = ?")
-		args = append(args, f.Tenant)
-	}
-	if f.SandboxID != "" {
-		where = append(where, "sandbox_id = ?")
-		args = append(args, f.SandboxID)
-	}
+	where, args := afterCursor(f.After, f.Tenant, f.SandboxID)
 	if !f.From.IsZero() {
 		where = append(where, "end_us > ?")
 		args = append(args, micros(f.From))

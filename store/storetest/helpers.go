@@ -63,7 +63,7 @@ func fullSandbox(id, tenant string) *torpor.Sandbox {
 			HibernateAfterPausedSeconds: torpor.Seconds(600),
 			ConnectionIdleSeconds:       torpor.Seconds(30),
 		},
-		Meters: torpor.Meters{RunningS: 1.5, FrozenS: 2.25, SnapshotPausedS: 3, HibernatedS: 4, ResidentS: 3.75, BilledS: 3.75, Cost: 0.0125,
+		Meters: torpor.Meters{UsageSeconds: torpor.UsageSeconds{RunningS: 1.5, FrozenS: 2.25, SnapshotPausedS: 3, HibernatedS: 4, ResidentS: 3.75, BilledS: 3.75}, Cost: 0.0125,
 			Pauses: 1, AutoPaused: 2, Resumes: 3, AutoResumed: 4, Hibernations: 5, AutoHibernated: 6},
 		Usage: torpor.UsageState{Kind: torpor.UsageSnapshotPaused, Since: at(2*time.Hour + 13*time.Microsecond),
 			SeenAt: at(2*time.Hour + 17*time.Microsecond)},
