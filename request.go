@@ -23,6 +23,37 @@ type CreateRequest struct {
 	// Isolation picks the kind of runtime: "container" or "vm" (empty:
 	// runtime.kind, else the server's default).
 	Isolation string `json:"isolation,omitempty"`
+	// Accel asks for a GPU lease (docs/gpu.md).
+	Accel *AccelRequest `json:"accel,omitempty"`
+	// Caller is who asks: set by the API from the request's key, never
+	// read from the body.
+	Caller Caller `json:"-"`
+}
+
+// Caller is the API key a request came with.
+type Caller struct {
+	KeyID string
+	// Tier is the key's tier (TierStandard when empty).
+	Tier string
+}
+
+// AccelRequest is the `accel` object of a create request: a GPU lease of
+// VRAMMiB of VRAM on GPUs GPUs (see gpu.AccelRequest for the rules).
+type AccelRequest struct {
+	GPUs        int    `json:"gpus,omitempty"`
+	VRAMMiB     int64  `json:"vram_mib"`
+	SuspendMode string `json:"suspend_mode,omitempty"`
+	// IdleTimeoutS: omitted or null is the default (600 s), 0 turns idle
+	// auto-pause off, else 60 to 86400.
+	IdleTimeoutS *float64 `json:"idle_timeout_s,omitempty"`
+}
+
+// Accel is a sandbox's validated GPU lease request.
+type Accel struct {
+	GPUs         int    `json:"gpus"`
+	VRAMMiB      int64  `json:"vram_mib"`
+	SuspendMode  string `json:"suspend_mode"`
+	IdleTimeoutS int    `json:"idle_timeout_s"`
 }
 
 // UpdateRequest changes a sandbox in place (PATCH). Absent fields stay as

@@ -127,6 +127,14 @@ type Sandbox struct {
 	// AllowInternet lets the sandbox reach the internet; otherwise only the
 	// proxy and hooks reach it and it reaches nothing.
 	AllowInternet bool `json:"allow_internet"`
+	// Accel is the GPU lease the sandbox holds (nil: none), and GPU what
+	// the lease manager says of it now (a gpu.Status; filled in by the
+	// engine when it returns a sandbox, never stored).
+	Accel *Accel `json:"accel,omitempty"`
+	GPU   any    `json:"gpu,omitempty"`
+	// KeyID is the API key that created the sandbox (the GPU watchdog
+	// flags it).
+	KeyID string `json:"key_id,omitempty"`
 
 	// The idle policy in the two forms a caller may use (see Policy).
 	Timeout         OptSeconds      `json:"timeout"`
@@ -196,6 +204,10 @@ func (s *Sandbox) Clone() *Sandbox {
 	if s.Snapshot != nil {
 		si := *s.Snapshot
 		c.Snapshot = &si
+	}
+	if s.Accel != nil {
+		a := *s.Accel
+		c.Accel = &a
 	}
 	if s.TerminatedAt != nil {
 		t := *s.TerminatedAt

@@ -19,6 +19,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, p principal) err
 	if err := decode(r, &req, false); err != nil {
 		return err
 	}
+	req.Caller = torpor.Caller{KeyID: p.keyID, Tier: p.tier}
 	sb, err := s.eng.Create(r.Context(), p.tenant, req)
 	if err != nil {
 		return err

@@ -65,6 +65,7 @@ type principal struct {
 	tenant string
 	admin  bool
 	tier   string
+	keyID  string
 }
 
 type handler func(w http.ResponseWriter, r *http.Request, p principal) error
@@ -239,5 +240,5 @@ func (s *Server) authenticate(ctx context.Context, r *http.Request) (principal, 
 		}
 		return principal{}, err
 	}
-	return principal{tenant: k.Tenant, admin: k.Admin, tier: k.Tier}, nil
+	return principal{tenant: k.Tenant, admin: k.Admin, tier: k.Tier, keyID: k.ID}, nil
 }

@@ -58,6 +58,10 @@ type Config struct {
 	PricingDiskGiBMonth     float64 `toml:"pricing_disk_gib_month"`
 	PricingSnapshotGiBMonth float64 `toml:"pricing_snapshot_gib_month"`
 	SettleSeconds           int64   `toml:"settle_seconds"`
+	// GPUSim runs GPU sandboxes on a simulated GPU host (docs/gpu.md),
+	// with a hard cap when GPUSimHardCap.
+	GPUSim        bool `toml:"gpu_sim"`
+	GPUSimHardCap bool `toml:"gpu_sim_hard_cap"`
 }
 
 // setting describes one Config field for the file, env and flag layers.
@@ -99,6 +103,8 @@ func (c *Config) settings() []setting {
 		{"pricing_disk_gib_month", "price of one GiB of disk for 30 days (in every state but terminated)", &c.PricingDiskGiBMonth},
 		{"pricing_snapshot_gib_month", "price of one GiB of memory snapshot for 30 days (snapshot-paused)", &c.PricingSnapshotGiBMonth},
 		{"settle_seconds", "how often open usage intervals are written to the ledger; must divide a day", &c.SettleSeconds},
+		{"gpu_sim", "run GPU sandboxes (accel) on a simulated GPU host, for demos and tests", &c.GPUSim},
+		{"gpu_sim_hard_cap", "the simulated GPU host enforces a per-lease VRAM cap", &c.GPUSimHardCap},
 	}
 }
 
@@ -163,6 +169,8 @@ func AddFlags(fs *pflag.FlagSet) {
 			fs.Int64(name, *p, s.usage)
 		case *float64:
 			fs.Float64(name, *p, s.usage)
+		case *bool:
+			fs.Bool(name, *p, s.usage)
 		}
 	}
 }
@@ -231,6 +239,12 @@ func set(ptr any, v string) error {
 			return fmt.Errorf("%q is not a number", v)
 		}
 		*p = n
+	case *bool:
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("%q is not true or false", v)
+		}
+		*p = b
 	}
 	return nil
 }

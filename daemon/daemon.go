@@ -88,6 +88,10 @@ func Run(ctx context.Context, cfg Config, opt Options) error {
 	if err := ensureAdminKey(ctx, st, cfg.DataDir, opt.Stdout); err != nil {
 		return err
 	}
+	gpuLeases, gpuAttach, bindGPU, err := newGPU(cfg, st, opt.Getenv, log)
+	if err != nil {
+		return err
+	}
 	// The gauges read the engine, which does not exist yet: bind late.
 	var engRef *lifecycle.Engine
 	mets := metrics.New(lateSource{&engRef})
@@ -104,6 +108,8 @@ func Run(ctx context.Context, cfg Config, opt Options) error {
 		CPUActivity:    cfg.CPUActivityThreshold,
 		Pricing:        cfg.pricing(),
 		SettleEvery:    time.Duration(cfg.SettleSeconds) * time.Second,
+		GPU:            gpuLeases,
+		GPUAttach:      gpuAttach,
 		Failpoint:      failpoint(opt.Getenv(FailpointEnv), log),
 	})
 	if err != nil {
@@ -111,6 +117,7 @@ func Run(ctx context.Context, cfg Config, opt Options) error {
 	}
 	defer eng.Close()
 	engRef = eng
+	bindGPU(eng)
 
 	hooks := webhook.New(webhook.Config{Store: st, Changed: eng.EventsChanged, Logger: log})
 	srv := api.New(api.Config{Engine: eng, Auth: st, Templates: st, TemplateManager: tmpls, Logger: log, MaxUploadBytes: cfg.MaxUploadMiB << 20, Webhooks: st,

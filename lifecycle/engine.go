@@ -53,6 +53,10 @@ type Config struct {
 	// SeenEvery is how often the engine records that the instances it
 	// watches are alive (DefaultSeenEvery when 0).
 	SeenEvery time.Duration
+	// GPU is the node's GPU lease manager and GPUAttach how a booted GPU
+	// sandbox's lease is placed on the host; nil: no GPU sandboxes.
+	GPU       GPULeases
+	GPUAttach GPUAttacher
 	// Failpoint, when set, is called at named points of each transition
 	// ("pause.before-runtime", "pause.after-runtime", ...). Crash tests use
 	// it to kill the daemon mid-transition; production leaves it nil.
@@ -97,6 +101,9 @@ type Engine struct {
 	cpuMu       sync.Mutex
 	cpuSamples  map[string]cpuSample
 
+	gpu         GPULeases
+	gpuAttacher GPUAttacher
+
 	pricing     torpor.Pricing
 	settleEvery time.Duration
 	seenEvery   time.Duration
@@ -134,6 +141,8 @@ func New(cfg Config) (*Engine, error) {
 		cpuActivity: cfg.CPUActivity,
 		cpuSamples:  map[string]cpuSample{},
 		pricing:     cfg.Pricing,
+		gpu:         cfg.GPU,
+		gpuAttacher: cfg.GPUAttach,
 		settleEvery: cfg.SettleEvery,
 		seenEvery:   cfg.SeenEvery,
 	}
@@ -151,6 +160,9 @@ func New(cfg Config) (*Engine, error) {
 	}
 	if e.seenEvery <= 0 {
 		e.seenEvery = DefaultSeenEvery
+	}
+	if e.gpu != nil && e.gpuAttacher == nil {
+		return nil, errors.New("lifecycle: a GPU lease manager needs a GPUAttach")
 	}
 	for _, rt := range cfg.Runtimes {
 		e.runtimes[rt.Kind()] = rt
@@ -184,6 +196,9 @@ func New(cfg Config) (*Engine, error) {
 // Recover reconciles every stored sandbox with its runtime and starts
 // watching the running ones. Call it once, before serving requests.
 func (e *Engine) Recover(ctx context.Context) error {
+	if err := e.gpuAdopt(ctx); err != nil {
+		return err
+	}
 	if err := e.reconcile(ctx); err != nil {
 		return err
 	}
@@ -197,6 +212,7 @@ func (e *Engine) Recover(ctx context.Context) error {
 	e.sched.run(e.bg, &e.wg)
 	e.runTrafficFlusher(e.bg)
 	e.runMetering(e.bg)
+	e.runGPUTicks(e.bg)
 	return nil
 }
 
@@ -327,6 +343,10 @@ func (e *Engine) Create(ctx context.Context, tenant string, req torpor.CreateReq
 	if err := checkPauseMode(rt, sb); err != nil {
 		return nil, err
 	}
+	if sb.Accel, err = e.gpuAccel(req); err != nil {
+		return nil, err
+	}
+	sb.KeyID = req.Caller.KeyID
 	unlock := e.locks.Lock(sb.ID)
 	defer unlock()
 	if err := e.ledger.admit(sb.ID, torpor.StateStarting, sb.Resources); err != nil {
@@ -379,6 +399,7 @@ func (e *Engine) view(sb *torpor.Sandbox) *torpor.Sandbox {
 	if r, ok := e.openUsage(sb, now); ok {
 		c.Meters.Add(r)
 	}
+	e.gpuView(c)
 	return c
 }
 
@@ -450,6 +471,7 @@ func (e *Engine) track(sb *torpor.Sandbox) {
 // in-between state that led here (starting or restarting).
 func (e *Engine) boot(ctx context.Context, sb *torpor.Sandbox, rt torpor.Runtime, tmpl torpor.Template, evType, cause string) error {
 	e.unwatch(sb.ID)
+	e.gpuRelease(ctx, sb) // the lease of the boot before, if any
 	handle, err := rt.Boot(ctx, torpor.BootSpec{
 		SandboxID:  sb.ID,
 		Template:   tmpl,
@@ -458,6 +480,8 @@ func (e *Engine) boot(ctx context.Context, sb *torpor.Sandbox, rt torpor.Runtime
 		Hostname:   sb.ID,
 		Setup:      sb.Runtime.Setup,
 		Entrypoint: sb.Runtime.Entrypoint,
+		// The runtime's network lets the sandbox out only with it.
+		AllowInternet: sb.AllowInternet,
 	})
 	e.fail(string(sb.State) + ".after-runtime")
 	sb.Boots++
@@ -472,6 +496,10 @@ func (e *Engine) boot(ctx context.Context, sb *torpor.Sandbox, rt torpor.Runtime
 	sb.Handle = handle
 	sb.Failure = nil
 	sb.PauseMode = ""
+	if err := e.gpuAttach(ctx, sb); err != nil {
+		_ = rt.Stop(context.WithoutCancel(ctx), ref(sb))
+		return e.recordFailure(ctx, sb, &torpor.Failure{Code: FailureGPU, Message: err.Error()})
+	}
 	if err := e.setState(ctx, sb, torpor.StateRunning, e.event(sb, evType, "boot", fmt.Sprint(sb.Boots), "cause", cause)); err != nil {
 		return err
 	}
@@ -489,6 +517,7 @@ func bootFailure(err error) *torpor.Failure {
 }
 
 func (e *Engine) recordFailure(ctx context.Context, sb *torpor.Sandbox, f *torpor.Failure) error {
+	e.gpuRelease(ctx, sb)
 	sb.Failure = f
 	sb.PauseMode = ""
 	ev := e.event(sb, torpor.EventFailed, "code", f.Code, "message", f.Message)

@@ -72,6 +72,9 @@ func (e *Engine) pause(ctx context.Context, sb *torpor.Sandbox, mode torpor.Paus
 	if !supports(rt, mode) {
 		return torpor.Invalid("mode", "the %s runtime cannot pause by %q; it can: %v", rt.Kind(), mode, rt.PauseModes())
 	}
+	if sb.Accel != nil && mode != torpor.PauseFreeze {
+		return torpor.Invalid("mode", "a GPU sandbox pauses by freeze; its accel.suspend_mode says what happens to its GPU state")
+	}
 	start := time.Now()
 	defer func() {
 		if sb.State == torpor.StatePaused {
@@ -108,7 +111,18 @@ func (e *Engine) pause(ctx context.Context, sb *torpor.Sandbox, mode torpor.Paus
 // it is no longer watched) and the sandbox records where the snapshot is.
 func (e *Engine) stopInstance(ctx context.Context, rt torpor.Runtime, sb *torpor.Sandbox, mode torpor.PauseMode) error {
 	if mode != torpor.PauseSnapshot {
-		return rt.Freeze(ctx, ref(sb))
+		// A GPU lease suspends first: a spill checkpoints the worker
+		// before anything of the sandbox is frozen.
+		if err := e.gpuPause(ctx, sb); err != nil {
+			return err
+		}
+		if err := rt.Freeze(ctx, ref(sb)); err != nil {
+			if rerr := e.gpuResume(context.WithoutCancel(ctx), sb); rerr != nil {
+				e.log.Error("resuming a GPU lease after a failed freeze", "sandbox", sb.ID, "err", rerr)
+			}
+			return err
+		}
+		return nil
 	}
 	snap, ok := rt.(torpor.Snapshotter)
 	if !ok {
@@ -128,6 +142,11 @@ func (e *Engine) stopInstance(ctx context.Context, rt torpor.Runtime, sb *torpor
 // it from its snapshot and watches the new instance.
 func (e *Engine) continueInstance(ctx context.Context, rt torpor.Runtime, sb *torpor.Sandbox) error {
 	if sb.PauseMode != torpor.PauseSnapshot {
+		// The GPU lease comes back first (thaw, restore, re-reserve), so
+		// nothing of the sandbox runs before its GPU state is back.
+		if err := e.gpuResume(ctx, sb); err != nil {
+			return err
+		}
 		return rt.Thaw(ctx, ref(sb))
 	}
 	snap, ok := rt.(torpor.Snapshotter)
@@ -294,6 +313,7 @@ func (e *Engine) hibernate(ctx context.Context, sb *torpor.Sandbox, cause string
 		return err
 	}
 	e.fail("hibernating.before-runtime")
+	e.gpuRelease(ctx, sb)
 	if err := rt.Stop(ctx, ref(sb)); err != nil {
 		return fmt.Errorf("hibernate %s: %w", sb.ID, err)
 	}
@@ -390,6 +410,7 @@ func (e *Engine) terminate(ctx context.Context, sb *torpor.Sandbox, cause string
 		return err
 	}
 	e.fail("terminating.before-runtime")
+	e.gpuRelease(ctx, sb)
 	if err := rt.Destroy(ctx, ref(sb)); err != nil {
 		return fmt.Errorf("delete %s: %w", sb.ID, err)
 	}
@@ -420,7 +441,12 @@ func (e *Engine) Exec(ctx context.Context, tenant, id string, req torpor.ExecReq
 		return torpor.ExecResult{}, err
 	}
 	defer e.done(tenant, id, e.now())
-	return rt.Exec(ctx, ref(sb), req)
+	var res torpor.ExecResult
+	err = e.gpuJob(ctx, sb, func() (err error) {
+		res, err = rt.Exec(ctx, ref(sb), req)
+		return err
+	})
+	return res, err
 }
 
 // Files prepares an operation on a sandbox's files and returns the host

@@ -28,6 +28,8 @@ func (c *cli) createCmd() *cobra.Command {
 		mem, pids, disks int64
 		pf               policyFlags
 		hooksFile        string
+		acc              torpor.AccelRequest
+		gpuIdle          float64
 	)
 	cmd := &cobra.Command{
 		Use:   "create [flags] [-- ENTRYPOINT ARGS...]",
@@ -48,6 +50,12 @@ func (c *cli) createCmd() *cobra.Command {
 			}
 			req.Runtime = torpor.RuntimeConfig{Kind: runtimeKind, Setup: setup, Entrypoint: args}
 			req.PolicyRequest = pf.request(cmd)
+			if f := cmd.Flags(); f.Changed("vram") || f.Changed("gpus") || f.Changed("suspend-mode") || f.Changed("gpu-idle-timeout") {
+				if f.Changed("gpu-idle-timeout") {
+					acc.IdleTimeoutS = &gpuIdle
+				}
+				req.Accel = &acc
+			}
 			if hooksFile != "" {
 				if req.Hooks, err = readHooks(hooksFile); err != nil {
 					return err
@@ -87,6 +95,10 @@ func (c *cli) createCmd() *cobra.Command {
 	f.BoolVar(&req.AllowInternet, "allow-internet", false, "let the sandbox reach the internet")
 	f.StringVar(&hooksFile, "hooks-file", "", "JSON file with a list of lifecycle hooks (see docs/hooks.md)")
 	f.BoolVar(&req.IgnoreImageHooks, "ignore-image-hooks", false, "skip the hooks the template ships")
+	f.Int64Var(&acc.VRAMMiB, "vram", 0, "GPU lease: MiB of VRAM (the slice; docs/gpu.md)")
+	f.IntVar(&acc.GPUs, "gpus", 0, "GPU lease: GPUs (default 1)")
+	f.StringVar(&acc.SuspendMode, "suspend-mode", "", "GPU lease: what pause does, none or transparent (default)")
+	f.Float64Var(&gpuIdle, "gpu-idle-timeout", 0, "GPU lease: idle seconds before auto-pause (0: off; default 600)")
 	pf.add(cmd)
 	return cmd
 }
@@ -322,6 +334,12 @@ func printSandbox(w io.Writer, sb *torpor.Sandbox) {
 	row("Pause modes", fmt.Sprint(sb.PauseModes))
 	row("Boots", fmt.Sprint(sb.Boots))
 	row("Meters", sb.Meters.String())
+	if sb.Accel != nil {
+		row("GPU lease", fmt.Sprintf("%d GPU, %d MiB, suspend_mode %s, idle timeout %ds", sb.Accel.GPUs, sb.Accel.VRAMMiB, sb.Accel.SuspendMode, sb.Accel.IdleTimeoutS))
+	}
+	if st, ok := sb.GPU.(map[string]any); ok {
+		row("GPU", fmt.Sprintf("phase %v, frozen %v, spilled %v, holds seat %v, meters %v", st["phase"], st["frozen"], st["spilled"] == true, st["holds_seat"], st["meters"]))
+	}
 	for _, h := range sb.Hooks {
 		target := h.Path
 		if h.Type == torpor.HookHTTP {

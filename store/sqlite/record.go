@@ -36,6 +36,8 @@ type sandboxRecord struct {
 	TrafficToken   string            `json:"traffic_token,omitempty"`
 	Snapshot       *snapshotRecord   `json:"snapshot,omitempty"`
 	AllowInternet  bool              `json:"allow_internet,omitempty"`
+	Accel          *torpor.Accel     `json:"accel,omitempty"`
+	KeyID          string            `json:"key_id,omitempty"`
 	UsageKind      string            `json:"usage_kind,omitempty"`
 	UsageSince     int64             `json:"usage_since_us,omitempty"`
 }
@@ -174,6 +176,8 @@ func encodeRecord(sb *torpor.Sandbox) (string, error) {
 		r.Snapshot = &snapshotRecord{Path: sb.Snapshot.Path, SizeBytes: sb.Snapshot.SizeBytes}
 	}
 	r.AllowInternet = sb.AllowInternet
+	r.Accel = sb.Accel
+	r.KeyID = sb.KeyID
 	r.UsageKind = string(sb.Usage.Kind)
 	if !sb.Usage.Since.IsZero() {
 		r.UsageSince = micros(sb.Usage.Since)
@@ -239,6 +243,8 @@ func decodeRecord(sb *torpor.Sandbox, data string) error {
 		sb.Snapshot = &torpor.SnapshotInfo{Path: r.Snapshot.Path, SizeBytes: r.Snapshot.SizeBytes}
 	}
 	sb.AllowInternet = r.AllowInternet
+	sb.Accel = r.Accel
+	sb.KeyID = r.KeyID
 	sb.Usage.Kind = torpor.UsageKind(r.UsageKind)
 	if r.UsageSince != 0 {
 		sb.Usage.Since = fromMicros(r.UsageSince)

@@ -85,6 +85,8 @@ CREATE INDEX sandboxes_by_template ON sandboxes (json_extract(record, '$.templat
 		usageSchema,
 		// 5: API keys carry a tier.
 		`ALTER TABLE api_keys ADD COLUMN tier TEXT NOT NULL DEFAULT 'standard';`,
+		// 6: GPU leases, their usage rows, and abuse flags on keys (gpu.go).
+		gpuSchema,
 	}
 }
 

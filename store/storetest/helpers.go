@@ -69,6 +69,8 @@ func fullSandbox(id, tenant string) *torpor.Sandbox {
 			SeenAt: at(2*time.Hour + 17*time.Microsecond)},
 		Snapshot:      &torpor.SnapshotInfo{Path: "/var/lib/torpor/sandboxes/x/snapshot", SizeBytes: 158 << 20},
 		AllowInternet: true,
+		Accel:         &torpor.Accel{GPUs: 1, VRAMMiB: 16384, SuspendMode: "transparent", IdleTimeoutS: 900},
+		KeyID:         "key_abc",
 		Hooks: []torpor.Hook{
 			{Type: torpor.HookScript, On: torpor.HookOnStart, Path: "/app/restore.sh", Arguments: []string{"--from", "/data"}, Port: 1, Wait: true, TimeoutSeconds: 60},
 			{Type: torpor.HookHTTP, On: torpor.HookOnPause, Path: "/hooks/flush", Port: 3000, TimeoutSeconds: 30},
@@ -308,6 +310,9 @@ func zeroFields(v reflect.Value, path string) []string {
 		}
 		var out []string
 		for i := range v.NumField() {
+			if v.Type() == reflect.TypeFor[torpor.Sandbox]() && v.Type().Field(i).Name == "GPU" {
+				continue // a live view of the GPU lease, never stored
+			}
 			out = append(out, zeroFields(v.Field(i), path+"."+v.Type().Field(i).Name)...)
 		}
 		return out
