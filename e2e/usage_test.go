@@ -2,9 +2,14 @@ package e2e
 
 import (
 	"context"
+	"io/fs"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -122,4 +127,73 @@ func TestUsageLedgerExactAcrossKillNine(t *testing.T) {
 	if out := d.ok("usage", "--by", "day"); !strings.Contains(out, "TOTAL") || !strings.Contains(out, time.Now().UTC().Format(time.DateOnly)) {
 		t.Errorf("torpor usage --by day:\n%s", out)
 	}
+}
+
+// killSandboxProcesses SIGKILLs every process of a sandbox (its whole
+// cgroup), as a host that lost it would.
+func killSandboxProcesses(t *testing.T, id string) {
+	t.Helper()
+	var dirs []string
+	_ = filepath.WalkDir("/sys/fs/cgroup", func(p string, de fs.DirEntry, err error) error {
+		if err == nil && de.IsDir() && strings.Contains(de.Name(), id) {
+			dirs = append(dirs, p)
+			return filepath.SkipDir
+		}
+		return nil
+	})
+	killed := 0
+	for _, d := range dirs {
+		data, _ := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+		for _, f := range strings.Fields(string(data)) {
+			if pid, err := strconv.Atoi(f); err == nil && syscall.Kill(pid, syscall.SIGKILL) == nil {
+				killed++
+			}
+		}
+	}
+	if killed == 0 {
+		t.Fatalf("found no process of sandbox %s to kill (cgroups %v)", id, dirs)
+	}
+}
+
+// TestUsageOfASandboxLostWithTheDaemon: a sandbox whose processes die
+// while the daemon is down stops being charged as running at its last
+// sign of life, not when the daemon comes back.
+func TestUsageOfASandboxLostWithTheDaemon(t *testing.T) {
+	needs(t)
+	bin := torporBin(t)
+	dataDir := t.TempDir()
+	d := startDaemon(t, bin, dataDir)
+	id := strings.TrimSpace(d.ok("create"))
+	_ = d.cmd.Process.Kill()
+	<-d.exited
+	killedAt := time.Now()
+	killSandboxProcesses(t, id)
+	time.Sleep(2 * time.Second) // the daemon is down for a while
+	d = startDaemon(t, bin, dataDir)
+	sb := d.waitState(id, torpor.StateFailed)
+	rep, err := d.client(t).Usage(context.Background(), client.UsageQuery{Sandbox: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var running []torpor.UsageRecord
+	for _, r := range rep.Rows {
+		if r.Kind == torpor.UsageRunning {
+			running = append(running, r)
+		}
+	}
+	if len(running) == 0 || running[len(running)-1].End.After(killedAt) {
+		t.Fatalf("running rows %+v: the last must end at the last sign of life, before the kill at %s", running, killedAt)
+	}
+	if sb.Meters.RunningS > killedAt.Sub(sb.CreatedAt).Seconds() {
+		t.Errorf("running_s %.3f counts the time the daemon was down", sb.Meters.RunningS)
+	}
+	var lost bool
+	evs, _, _ := d.client(t).Events(context.Background(), id, 0)
+	for _, ev := range evs {
+		lost = lost || ev.Type == torpor.EventLost
+	}
+	if !lost {
+		t.Error("no sandbox.lost event")
+	}
+	d.ok("rm", id)
 }
