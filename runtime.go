@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net"
+	"net/netip"
 	"time"
 )
 
@@ -176,4 +177,12 @@ type RuntimeInfo struct {
 // for GET /v1/runtimes. A runtime without it is a container runtime.
 type Describer interface {
 	Describe() RuntimeInfo
+}
+
+// Addresser is an optional Runtime capability: the IPv4 address a sandbox
+// has on the host's sandbox network, which the host (and nothing else)
+// reaches directly. ok is false when the sandbox has none: the runtime
+// has no sandbox network, or the sandbox never booted with one.
+type Addresser interface {
+	Address(ctx context.Context, ref InstanceRef) (addr netip.Addr, ok bool)
 }

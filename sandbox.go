@@ -132,6 +132,10 @@ type Sandbox struct {
 	// engine when it returns a sandbox, never stored).
 	Accel *Accel `json:"accel,omitempty"`
 	GPU   any    `json:"gpu,omitempty"`
+	// Address is the sandbox's address on the host's sandbox network,
+	// which the host reaches directly (filled in by the engine when it
+	// returns a sandbox that has one, never stored).
+	Address string `json:"address,omitempty"`
 	// KeyID is the API key that created the sandbox (the GPU watchdog
 	// flags it).
 	KeyID string `json:"key_id,omitempty"`

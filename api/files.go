@@ -19,18 +19,13 @@ import (
 
 // withFiles opens the sandbox's root filesystem for fn and ends the
 // operation (activity, busy mark) when fn returns.
-func (s *Server) withFiles(r *http.Request, p principal, write bool, fn func(root *files.Root) error) error {
-	dir, done, err := s.eng.Files(r.Context(), p.tenant, r.PathValue("id"), write)
+func (s *Server) withFiles(r *http.Request, p principal, write bool, fn func(fsys files.FS) error) error {
+	fsys, done, err := s.eng.Files(r.Context(), p.tenant, r.PathValue("id"), write)
 	if err != nil {
 		return err
 	}
 	defer done()
-	root, err := files.OpenRoot(dir)
-	if err != nil {
-		return err
-	}
-	defer root.Close()
-	return fn(root)
+	return fn(fsys)
 }
 
 // queryPath reads and checks the path query parameter; def, when not
@@ -93,7 +88,7 @@ func (s *Server) readFile(w http.ResponseWriter, r *http.Request, p principal) e
 	if err != nil {
 		return err
 	}
-	return s.withFiles(r, p, false, func(root *files.Root) error {
+	return s.withFiles(r, p, false, func(root files.FS) error {
 		f, info, err := root.Open(path)
 		if err != nil {
 			return err
@@ -121,7 +116,7 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request, p principal) 
 	if err != nil {
 		return err
 	}
-	return s.withFiles(r, p, true, func(root *files.Root) error {
+	return s.withFiles(r, p, true, func(root files.FS) error {
 		info, err := root.Write(path, body, files.WriteOptions{Mode: mode})
 		if err != nil {
 			return bodyError(err)
@@ -143,7 +138,7 @@ func (s *Server) removeFile(w http.ResponseWriter, r *http.Request, p principal)
 	if err != nil {
 		return err
 	}
-	return s.withFiles(r, p, true, func(root *files.Root) error {
+	return s.withFiles(r, p, true, func(root files.FS) error {
 		if err := root.Remove(path, recursive); err != nil {
 			return err
 		}
@@ -157,7 +152,7 @@ func (s *Server) statFile(w http.ResponseWriter, r *http.Request, p principal) e
 	if err != nil {
 		return err
 	}
-	return s.withFiles(r, p, false, func(root *files.Root) error {
+	return s.withFiles(r, p, false, func(root files.FS) error {
 		info, err := root.Stat(path)
 		if err != nil {
 			return err
@@ -178,7 +173,7 @@ func (s *Server) listFiles(w http.ResponseWriter, r *http.Request, p principal) 
 			return torpor.Invalid("depth", "must be an integer between 1 and %d", files.MaxDepth)
 		}
 	}
-	return s.withFiles(r, p, false, func(root *files.Root) error {
+	return s.withFiles(r, p, false, func(root files.FS) error {
 		l, err := root.List(path, depth, files.MaxEntries)
 		if err != nil {
 			return err
@@ -205,7 +200,7 @@ func (s *Server) mkdir(w http.ResponseWriter, r *http.Request, p principal) erro
 		}
 		o.Mode = &m
 	}
-	return s.withFiles(r, p, true, func(root *files.Root) error {
+	return s.withFiles(r, p, true, func(root files.FS) error {
 		info, err := root.Mkdir(path, o)
 		if err != nil {
 			return err
@@ -234,7 +229,7 @@ func (s *Server) rename(w http.ResponseWriter, r *http.Request, p principal) err
 	if err := notRoot("to", to); err != nil {
 		return err
 	}
-	return s.withFiles(r, p, true, func(root *files.Root) error {
+	return s.withFiles(r, p, true, func(root files.FS) error {
 		info, err := root.Rename(from, to, req.Overwrite)
 		if err != nil {
 			return err
@@ -249,7 +244,7 @@ func (s *Server) downloadTar(w http.ResponseWriter, r *http.Request, p principal
 	if err != nil {
 		return err
 	}
-	return s.withFiles(r, p, false, func(root *files.Root) error {
+	return s.withFiles(r, p, false, func(root files.FS) error {
 		lw := &lazyWriter{w: w, contentType: "application/x-tar"}
 		bw := bufio.NewWriterSize(lw, 64<<10)
 		err := root.WriteTar(bw, path)
@@ -275,7 +270,7 @@ func (s *Server) uploadTar(w http.ResponseWriter, r *http.Request, p principal) 
 	if err != nil {
 		return err
 	}
-	return s.withFiles(r, p, true, func(root *files.Root) error {
+	return s.withFiles(r, p, true, func(root files.FS) error {
 		res, err := root.ExtractTar(path, body)
 		if err != nil {
 			var re *files.ReadError

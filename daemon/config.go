@@ -6,6 +6,7 @@ package daemon
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -15,6 +16,8 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/torpor-dev/torpor"
+	"github.com/torpor-dev/torpor/network"
+	"github.com/torpor-dev/torpor/proxy"
 )
 
 // Config is every setting of `torpor serve`. Each has a default, a key in
@@ -27,9 +30,16 @@ type Config struct {
 	// ProxyDomain the domain of its host names.
 	ProxyListen string `toml:"proxy_listen"`
 	ProxyDomain string `toml:"proxy_domain"`
-	Runtime     string `toml:"runtime"`
-	RuncPath    string `toml:"runc_path"`
-	LogLevel    string `toml:"log_level"`
+	// ProxyTCPPorts lists the sandbox ports the proxy forwards plain TCP
+	// to (HTTP CONNECT), e.g. "5432,6379,8000-8099"; empty: none.
+	ProxyTCPPorts string `toml:"proxy_tcp_ports"`
+	// NetworkBridge is the host bridge of the sandbox network ("" turns
+	// it off: sandboxes get only a loopback); NetworkCIDR its IPv4 range.
+	NetworkBridge string `toml:"network_bridge"`
+	NetworkCIDR   string `toml:"network_cidr"`
+	Runtime       string `toml:"runtime"`
+	RuncPath      string `toml:"runc_path"`
+	LogLevel      string `toml:"log_level"`
 	// Limits on each sandbox, and the defaults a request leaves out.
 	DefaultVCPUs     float64 `toml:"default_vcpus"`
 	DefaultMemoryMiB int64   `toml:"default_memory_mib"`
@@ -62,6 +72,12 @@ type Config struct {
 	// with a hard cap when GPUSimHardCap.
 	GPUSim        bool `toml:"gpu_sim"`
 	GPUSimHardCap bool `toml:"gpu_sim_hard_cap"`
+	// The microVM runtime (docs/vm.md): acceleration (auto, kvm, tcg, or
+	// off to run no VMs), the guest agent and kernel, lazy memory.
+	VMAccel      string `toml:"vm_accel"`
+	VMAgent      string `toml:"vm_agent"`
+	VMKernelDir  string `toml:"vm_kernel_dir"`
+	VMLazyMemory bool   `toml:"vm_lazy_memory"`
 }
 
 // setting describes one Config field for the file, env and flag layers.
@@ -77,6 +93,9 @@ func (c *Config) settings() []setting {
 		{"listen", "address of the HTTP API", &c.Listen},
 		{"proxy_listen", "address of the port proxy, which routes <port>-<id>.<proxy_domain> to a sandbox (empty: off)", &c.ProxyListen},
 		{"proxy_domain", "domain of the proxy's host names", &c.ProxyDomain},
+		{"proxy_tcp_ports", "sandbox ports the proxy forwards plain TCP to through HTTP CONNECT, e.g. 5432,8000-8099 (empty: none)", &c.ProxyTCPPorts},
+		{"network_bridge", "host bridge of the sandbox network, made when missing (empty: sandboxes get only a loopback)", &c.NetworkBridge},
+		{"network_cidr", "IPv4 range of sandbox addresses; the bridge gets the first one", &c.NetworkCIDR},
 		{"runtime", "default sandbox runtime", &c.Runtime},
 		{"runc_path", "path of the runc binary (default: found in PATH)", &c.RuncPath},
 		{"log_level", "debug, info, warn or error", &c.LogLevel},
@@ -105,6 +124,10 @@ func (c *Config) settings() []setting {
 		{"settle_seconds", "how often open usage intervals are written to the ledger; must divide a day", &c.SettleSeconds},
 		{"gpu_sim", "run GPU sandboxes (accel) on a simulated GPU host, for demos and tests", &c.GPUSim},
 		{"gpu_sim_hard_cap", "the simulated GPU host enforces a per-lease VRAM cap", &c.GPUSimHardCap},
+		{"vm_accel", "microVM acceleration: auto (KVM when it can boot the guest, else TCG), kvm, tcg, or off (no VMs)", &c.VMAccel},
+		{"vm_agent", "the microVM guest agent (default: where scripts/install.sh puts it)", &c.VMAgent},
+		{"vm_kernel_dir", "the microVM guest kernel directory (default: where scripts/install.sh puts it)", &c.VMKernelDir},
+		{"vm_lazy_memory", "back VM memory with a file, so a snapshot pause writes only device state", &c.VMLazyMemory},
 	}
 }
 
@@ -133,6 +156,8 @@ func DefaultConfig() Config {
 		Listen:           DefaultListen,
 		ProxyListen:      "127.0.0.1:7071",
 		ProxyDomain:      "localhost",
+		NetworkBridge:    network.DefaultBridge,
+		NetworkCIDR:      network.DefaultPrefix.String(),
 		Runtime:          "runc",
 		LogLevel:         "info",
 		DefaultVCPUs:     1,
@@ -153,6 +178,7 @@ func DefaultConfig() Config {
 		PricingDiskGiBMonth:     torpor.DefaultPricing.DiskGiBMonth,
 		PricingSnapshotGiBMonth: torpor.DefaultPricing.SnapshotGiBMonth,
 		SettleSeconds:           3600,
+		VMAccel:                 "auto",
 	}
 }
 
@@ -270,6 +296,14 @@ func (c Config) validate() error {
 			return fmt.Errorf("%s must be between 0 (off) and %d, got %d", v.name, torpor.MaxPolicySeconds, v.n)
 		}
 	}
+	if c.NetworkBridge != "" {
+		if _, err := c.networkPrefix(); err != nil {
+			return err
+		}
+	}
+	if _, err := proxy.ParsePorts(c.ProxyTCPPorts); err != nil {
+		return fmt.Errorf("proxy_tcp_ports: %w", err)
+	}
 	if c.MaxUploadMiB < 0 || c.MaxUploadMiB > 1<<30 {
 		return fmt.Errorf("max_upload_mib must be between 0 (no limit) and %d, got %d", 1<<30, c.MaxUploadMiB)
 	}
@@ -278,6 +312,11 @@ func (c Config) validate() error {
 	}
 	if err := c.pricing().Validate(); err != nil {
 		return err
+	}
+	switch c.VMAccel {
+	case "auto", "kvm", "tcg", "off":
+	default:
+		return fmt.Errorf("vm_accel must be auto, kvm, tcg or off, got %q", c.VMAccel)
 	}
 	if c.SettleSeconds < 1 || 86400%c.SettleSeconds != 0 {
 		return fmt.Errorf("settle_seconds must divide a day (86400), e.g. 60, 900 or 3600; got %d", c.SettleSeconds)
@@ -296,4 +335,13 @@ func (c Config) validate() error {
 func (c Config) pricing() torpor.Pricing {
 	return torpor.Pricing{Currency: c.PricingCurrency, VCPUSecond: c.PricingVCPUSecond, MemoryGiBSecond: c.PricingMemoryGiBSecond,
 		DiskGiBMonth: c.PricingDiskGiBMonth, SnapshotGiBMonth: c.PricingSnapshotGiBMonth}
+}
+
+// networkPrefix parses network_cidr: an IPv4 range from /8 to /29.
+func (c Config) networkPrefix() (netip.Prefix, error) {
+	p, err := netip.ParsePrefix(c.NetworkCIDR)
+	if err != nil || !p.Addr().Is4() || p.Bits() < 8 || p.Bits() > 29 {
+		return netip.Prefix{}, fmt.Errorf("network_cidr must be an IPv4 range from /8 to /29 such as %s, got %q", network.DefaultPrefix, c.NetworkCIDR)
+	}
+	return p.Masked(), nil
 }

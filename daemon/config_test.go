@@ -21,7 +21,11 @@ func TestConfigLayers(t *testing.T) {
 		flags []string
 		check func(c Config) bool
 	}{
-		{"defaults", nil, nil, func(c Config) bool { return c.Listen == DefaultListen && c.Runtime == "runc" }},
+		{"defaults", nil, nil, func(c Config) bool {
+			return c.Listen == DefaultListen && c.Runtime == "runc" && c.NetworkBridge == "torpor0" && c.NetworkCIDR == "10.213.0.0/16" && c.ProxyTCPPorts == ""
+		}},
+		{"network off, TCP ports on", map[string]string{"TORPOR_NETWORK_BRIDGE": ""}, []string{"--network-bridge", "", "--proxy-tcp-ports", "5432,8000-8099"},
+			func(c Config) bool { return c.NetworkBridge == "" && c.ProxyTCPPorts == "5432,8000-8099" }},
 		{"the data dir's file", map[string]string{"TORPOR_DATA_DIR": dir}, nil,
 			func(c Config) bool { return c.Listen == "127.0.0.1:1111" && c.LogLevel == "warn" && c.MaxVCPUs == 8 }},
 		{"env beats the file", map[string]string{"TORPOR_DATA_DIR": dir, "TORPOR_LISTEN": "127.0.0.1:2222"}, nil,
@@ -65,6 +69,9 @@ func TestConfigErrors(t *testing.T) {
 		{"relative data dir", nil, []string{"--data-dir", "rel"}, "absolute"},
 		{"bad log level", nil, []string{"--log-level", "loud"}, "log_level"},
 		{"default above max", nil, []string{"--default-vcpus", "9", "--max-vcpus", "8"}, "at most"},
+		{"bad network range", map[string]string{"TORPOR_NETWORK_CIDR": "fd00::/64"}, nil, "network_cidr"},
+		{"too small a network range", nil, []string{"--network-cidr", "10.9.9.0/30"}, "network_cidr"},
+		{"bad TCP ports", nil, []string{"--proxy-tcp-ports", "22,80-70"}, "proxy_tcp_ports"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -20,6 +20,7 @@ import (
 	"github.com/torpor-dev/torpor/api"
 	"github.com/torpor-dev/torpor/lifecycle"
 	"github.com/torpor-dev/torpor/metrics"
+	"github.com/torpor-dev/torpor/network"
 	"github.com/torpor-dev/torpor/proxy"
 	"github.com/torpor-dev/torpor/rootfs"
 	"github.com/torpor-dev/torpor/runtime/runc"
@@ -74,7 +75,7 @@ func Run(ctx context.Context, cfg Config, opt Options) error {
 	}
 	defer st.Close()
 
-	rt, err := newRuntime(cfg, log)
+	rt, err := newRuntime(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
@@ -88,6 +89,10 @@ func Run(ctx context.Context, cfg Config, opt Options) error {
 	if err := ensureAdminKey(ctx, st, cfg.DataDir, opt.Stdout); err != nil {
 		return err
 	}
+	runtimes := []torpor.Runtime{rt}
+	if vrt := newVMRuntime(ctx, cfg, log); vrt != nil {
+		runtimes = append(runtimes, vrt)
+	}
 	gpuLeases, gpuAttach, bindGPU, err := newGPU(cfg, st, opt.Getenv, log)
 	if err != nil {
 		return err
@@ -98,7 +103,7 @@ func Run(ctx context.Context, cfg Config, opt Options) error {
 	eng, err := lifecycle.New(lifecycle.Config{
 		Observer:       mets,
 		Store:          st,
-		Runtimes:       []torpor.Runtime{rt},
+		Runtimes:       runtimes,
 		DefaultRuntime: cfg.Runtime,
 		Logger:         log,
 		Limits:         cfg.limits(),
@@ -121,6 +126,7 @@ func Run(ctx context.Context, cfg Config, opt Options) error {
 
 	hooks := webhook.New(webhook.Config{Store: st, Changed: eng.EventsChanged, Logger: log})
 	srv := api.New(api.Config{Engine: eng, Auth: st, Templates: st, TemplateManager: tmpls, Logger: log, MaxUploadBytes: cfg.MaxUploadMiB << 20, Webhooks: st,
+		Metrics: mets.Handler(), Requests: mets,
 		WebhooksChanged: func() {
 			if err := hooks.Refresh(ctx); err != nil {
 				log.Error("refreshing webhooks", "err", err)
@@ -139,8 +145,13 @@ func Run(ctx context.Context, cfg Config, opt Options) error {
 			_ = hs.Close()
 			return fmt.Errorf("proxy listen: %w", err)
 		}
-		ps := &http.Server{Handler: proxy.New(proxy.Config{Engine: eng, Domain: cfg.ProxyDomain, Logger: log}),
-			ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+		tcpPorts, _ := proxy.ParsePorts(cfg.ProxyTCPPorts) // checked by LoadConfig
+		ps := &http.Server{Handler: proxy.New(proxy.Config{Engine: eng, Domain: cfg.ProxyDomain, TCPPorts: tcpPorts, Logger: log, Observer: mets}),
+			ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+			// HTTP/1.1, and HTTP/2 without TLS (h2c with prior knowledge).
+			Protocols: new(http.Protocols)}
+		ps.Protocols.SetHTTP1(true)
+		ps.Protocols.SetUnencryptedHTTP2(true)
 		go func() { serveErr <- ps.Serve(pln) }()
 		defer ps.Close()
 		log.Info("proxy listening", "addr", pln.Addr().String(), "domain", cfg.ProxyDomain)
@@ -174,7 +185,7 @@ func Run(ctx context.Context, cfg Config, opt Options) error {
 	return hs.Shutdown(sctx)
 }
 
-func newRuntime(cfg Config, log *slog.Logger) (torpor.Runtime, error) {
+func newRuntime(ctx context.Context, cfg Config, log *slog.Logger) (torpor.Runtime, error) {
 	if cfg.Runtime != "runc" {
 		return nil, fmt.Errorf("runtime %q is not available (this build has: runc)", cfg.Runtime)
 	}
@@ -182,12 +193,25 @@ func newRuntime(cfg Config, log *slog.Logger) (torpor.Runtime, error) {
 	if err != nil {
 		return nil, fmt.Errorf("finding the torpor binary for the sandbox init: %w", err)
 	}
-	return runc.New(runc.Config{
+	rc := runc.Config{
 		Dir:      filepath.Join(cfg.DataDir, "runc"),
 		RuncPath: cfg.RuncPath,
 		InitPath: self,
 		Logger:   log,
-	})
+	}
+	if cfg.NetworkBridge != "" {
+		prefix, err := cfg.networkPrefix()
+		if err != nil {
+			return nil, err
+		}
+		n, err := network.New(ctx, network.Config{Bridge: cfg.NetworkBridge, Prefix: prefix, Logger: log})
+		if err != nil {
+			return nil, fmt.Errorf("%w (network_bridge = \"\" runs sandboxes with only a loopback)", err)
+		}
+		log.Info("sandbox network", "bridge", n.Bridge(), "range", n.Prefix().String(), "gateway", n.Gateway().String())
+		rc.Network = n
+	}
+	return runc.New(rc)
 }
 
 func (c Config) limits() torpor.Limits {

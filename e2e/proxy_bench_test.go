@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -10,56 +9,78 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	goruntime "runtime"
+	"regexp"
 	"sort"
-	"sync"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/torpor-dev/torpor"
 )
 
-// BenchmarkProxy: requests per second and latency of a small GET to busybox
-// httpd inside a sandbox, through the proxy vs. a direct connection made
-// from inside the sandbox's network namespace (what the proxy itself does,
-// minus the proxying). Also: how much longer the first request to a paused
-// sandbox takes than a request to a running one.
+// BenchmarkProxy: requests per second and p99 latency of a small GET to a
+// Go server inside a sandbox (testdata/sandboxsrv), driven by wrk in one
+// run: straight to the sandbox's address ("direct", the baseline), through
+// torpor's proxy, and through nginx as a reverse proxy to the same
+// address. Also: how much longer the first request to a paused sandbox
+// takes than a request to a running one.
+//
+// Needs wrk (and nginx for its row): scripts/bench-proxy.sh installs them.
+// TORPOR_BENCH_SECONDS and TORPOR_BENCH_CONNS set wrk's duration and
+// connections (default 10 s, 32).
 func BenchmarkProxy(b *testing.B) {
 	needsB(b)
+	if _, err := exec.LookPath("wrk"); err != nil {
+		b.Skip("needs wrk (apt-get install wrk, or scripts/bench-proxy.sh)")
+	}
 	d := startDaemon(b, torporBin(b), b.TempDir())
 	cl := d.client(b)
 	ctx := context.Background()
-	sb, err := cl.Create(ctx, torpor.CreateRequest{Template: "base",
-		Ports: []torpor.PortSpec{{Port: 8080, Public: true}},
-		Runtime: torpor.RuntimeConfig{Setup: []string{"mkdir -p /www && echo ok > /www/index.html"},
-			Entrypoint: []string{"httpd", "-f", "-p", "127.0.0.1:8080", "-h", "/www"}}})
+	sb, err := cl.Create(ctx, torpor.CreateRequest{Template: "base", Ports: []torpor.PortSpec{{Port: 8080, Public: true}}})
 	if err != nil {
 		b.Fatal(err)
 	}
-	proxyClient := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
-	viaProxy := func() error {
-		req, _ := http.NewRequest("GET", "http://"+d.proxy+"/index.html", nil)
-		req.Host = "8080-" + sb.ID + ".localhost"
-		return fetch(proxyClient, req)
+	startServer(b, d, sb.ID, ":8080")
+	addr := sandboxAddr(b, d, sb.ID)
+	secs, conns := envInt("TORPOR_BENCH_SECONDS", 10), envInt("TORPOR_BENCH_CONNS", 32)
+
+	type target struct {
+		name, url, host string
 	}
-	ns := netnsOf(b, d, sb.ID)
-	directClient := &http.Client{Transport: &http.Transport{DisableKeepAlives: true,
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) { return dialInNetns(ctx, ns, addr) }}}
-	direct := func() error {
-		req, _ := http.NewRequest("GET", "http://127.0.0.1:8080/index.html", nil)
-		return fetch(directClient, req)
+	targets := []target{
+		{"direct", "http://" + addr.String() + ":8080/", ""},
+		{"proxy", "http://" + d.proxy + "/", "8080-" + sb.ID + ".localhost"},
 	}
-	for _, c := range []struct {
-		name string
-		do   func() error
-	}{{"direct", direct}, {"proxy", viaProxy}} {
-		b.Run(c.name, func(b *testing.B) {
-			rps, lat := load(b, c.do, 8, 2000)
+	if nginxAddr, ok := startNginx(b, addr.String()+":8080"); ok {
+		targets = append(targets, target{"nginx", "http://" + nginxAddr + "/", ""})
+	}
+	for _, tg := range targets {
+		b.Run(tg.name, func(b *testing.B) {
+			args := []string{"-t", "2", "-c", strconv.Itoa(conns), "-d", strconv.Itoa(secs) + "s", "--latency"}
+			if tg.host != "" {
+				args = append(args, "-H", "Host: "+tg.host)
+			}
+			args = append(args, tg.url)
+			out, err := exec.Command("wrk", args...).CombinedOutput()
+			if err != nil {
+				b.Fatalf("wrk %s: %v\n%s", strings.Join(args, " "), err, out)
+			}
+			rps, p50, p99, errs := parseWrk(string(out))
+			if rps == 0 || errs != "" {
+				b.Fatalf("wrk %s:\n%s", strings.Join(args, " "), out)
+			}
 			b.ReportMetric(rps, "req/s")
-			lat.report(b, "")
+			b.ReportMetric(p50, "p50-ms")
+			b.ReportMetric(p99, "p99-ms")
+			b.Logf("wrk %s: %.0f req/s, p50 %.3f ms, p99 %.3f ms", strings.Join(args, " "), rps, p50, p99)
 		})
+	}
+
+	viaProxy := func() error {
+		req, _ := http.NewRequest("GET", "http://"+d.proxy+"/", nil)
+		req.Host = "8080-" + sb.ID + ".localhost"
+		return fetch(http.DefaultClient, req)
 	}
 	b.Run("wake-from-paused", func(b *testing.B) {
 		var running, paused latencies
@@ -78,9 +99,127 @@ func BenchmarkProxy(b *testing.B) {
 			}
 			paused = append(paused, time.Since(t0))
 		}
+		sort.Slice(running, func(i, j int) bool { return running[i] < running[j] })
+		sort.Slice(paused, func(i, j int) bool { return paused[i] < paused[j] })
 		running.report(b, "running-")
 		paused.report(b, "paused-")
 	})
+}
+
+func envInt(name string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n > 0 {
+		return n
+	}
+	return def
+}
+
+var (
+	wrkRPS = regexp.MustCompile(`Requests/sec:\s+([0-9.]+)`)
+	wrkPct = regexp.MustCompile(`(?m)^\s+(50|99)%\s+([0-9.]+)(us|ms|s)\s*$`)
+	wrkErr = regexp.MustCompile(`(?m)^\s+(Socket errors:.*|Non-2xx or 3xx responses:.*)$`)
+)
+
+// parseWrk reads requests/s, p50 and p99 (ms) and any errors from wrk's
+// output.
+func parseWrk(out string) (rps, p50, p99 float64, errs string) {
+	if m := wrkRPS.FindStringSubmatch(out); m != nil {
+		rps, _ = strconv.ParseFloat(m[1], 64)
+	}
+	for _, m := range wrkPct.FindAllStringSubmatch(out, -1) {
+		v, _ := strconv.ParseFloat(m[2], 64)
+		switch m[3] {
+		case "us":
+			v /= 1000
+		case "s":
+			v *= 1000
+		}
+		if m[1] == "50" {
+			p50 = v
+		} else {
+			p99 = v
+		}
+	}
+	if m := wrkErr.FindAllString(out, -1); m != nil {
+		errs = strings.Join(m, "; ")
+	}
+	return rps, p50, p99, errs
+}
+
+// startNginx runs nginx as a reverse proxy to upstream (keep-alive
+// connections, two workers like the two cores) on a free port of
+// 127.0.0.1, stopped when the benchmark ends; ok is false (and the
+// benchmark says so) when nginx is not installed.
+func startNginx(b *testing.B, upstream string) (string, bool) {
+	nginx, err := exec.LookPath("nginx")
+	if err != nil {
+		b.Log("no nginx (apt-get install nginx, or scripts/bench-proxy.sh): its row is left out")
+		return "", false
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	dir := b.TempDir()
+	conf := fmt.Sprintf(`worker_processes 2;
+daemon off;
+pid %[1]s/nginx.pid;
+error_log %[1]s/error.log;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path %[1]s/body;
+  proxy_temp_path %[1]s/proxy;
+  fastcgi_temp_path %[1]s/fastcgi;
+  uwsgi_temp_path %[1]s/uwsgi;
+  scgi_temp_path %[1]s/scgi;
+  upstream sandbox { server %[2]s; keepalive 64; }
+  server {
+    listen %[3]s;
+    location / {
+      proxy_pass http://sandbox;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_set_header Host $host;
+    }
+  }
+}
+`, dir, upstream, addr)
+	if err := os.WriteFile(filepath.Join(dir, "nginx.conf"), []byte(conf), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(nginx, "-p", dir, "-c", filepath.Join(dir, "nginx.conf"))
+	var logs strings.Builder
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	b.Cleanup(func() {
+		cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+	})
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			return addr, true
+		}
+		select {
+		case <-done:
+			b.Fatalf("nginx exited: %s", logs.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("nginx did not listen: %s", logs.String())
+		}
+	}
 }
 
 func fetch(c *http.Client, req *http.Request) error {
@@ -94,87 +233,4 @@ func fetch(c *http.Client, req *http.Request) error {
 		return fmt.Errorf("status %d", resp.StatusCode)
 	}
 	return nil
-}
-
-// load runs n requests over workers goroutines and returns requests per
-// second and each request's latency.
-func load(b *testing.B, do func() error, workers, n int) (float64, latencies) {
-	var (
-		mu  sync.Mutex
-		lat latencies
-		wg  sync.WaitGroup
-	)
-	jobs := make(chan struct{}, n)
-	for i := 0; i < n; i++ {
-		jobs <- struct{}{}
-	}
-	close(jobs)
-	start := time.Now()
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range jobs {
-				t0 := time.Now()
-				if err := do(); err != nil {
-					b.Error(err)
-					return
-				}
-				mu.Lock()
-				lat = append(lat, time.Since(t0))
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-	return float64(len(lat)) / time.Since(start).Seconds(), lat
-}
-
-// netnsOf opens the network namespace of a sandbox's init.
-func netnsOf(b *testing.B, d *daemon, id string) *os.File {
-	out, err := exec.Command("runc", "--root", filepath.Join(d.dataDir, "runc", "runc"), "state", id).Output()
-	if err != nil {
-		b.Fatalf("runc state: %v", err)
-	}
-	var st struct {
-		Pid int `json:"pid"`
-	}
-	json.Unmarshal(out, &st)
-	f, err := os.Open(fmt.Sprintf("/proc/%d/ns/net", st.Pid))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { f.Close() })
-	return f
-}
-
-// dialInNetns connects to addr from inside ns, as the runtime's dialer does.
-func dialInNetns(ctx context.Context, ns *os.File, addr string) (net.Conn, error) {
-	type res struct {
-		c   net.Conn
-		err error
-	}
-	ch := make(chan res, 1)
-	go func() {
-		goruntime.LockOSThread()
-		home, err := os.Open("/proc/thread-self/ns/net")
-		if err != nil {
-			ch <- res{nil, err}
-			return
-		}
-		defer home.Close()
-		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
-			ch <- res{nil, err}
-			return
-		}
-		var dl net.Dialer
-		c, err := dl.DialContext(ctx, "tcp", addr)
-		if unix.Setns(int(home.Fd()), unix.CLONE_NEWNET) == nil {
-			goruntime.UnlockOSThread()
-		}
-		ch <- res{c, err}
-	}()
-	r := <-ch
-	return r.c, r.err
 }

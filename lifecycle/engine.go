@@ -400,6 +400,11 @@ func (e *Engine) view(sb *torpor.Sandbox) *torpor.Sandbox {
 		c.Meters.Add(r)
 	}
 	e.gpuView(c)
+	if a, ok := e.runtimes[sb.Runtime.Kind].(torpor.Addresser); ok && sb.State != torpor.StateTerminated {
+		if addr, ok := a.Address(context.Background(), ref(sb)); ok {
+			c.Address = addr.String()
+		}
+	}
 	return c
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/torpor-dev/torpor"
+	"github.com/torpor-dev/torpor/files"
 )
 
 // Causes recorded on events: who asked for a transition.
@@ -449,35 +450,60 @@ func (e *Engine) Exec(ctx context.Context, tenant, id string, req torpor.ExecReq
 	return res, err
 }
 
-// Files prepares an operation on a sandbox's files and returns the host
-// path of its root filesystem (see torpor.FileRoot), resolved by the caller
-// confined to it. Reading the files of a paused sandbox does not wake it;
-// writing follows the sandbox's auto_resume rule, as every other operation.
-// Both count as activity. done must be called when the operation ends.
-func (e *Engine) Files(ctx context.Context, tenant, id string, write bool) (root string, done func(), err error) {
-	var fr torpor.FileRoot
-	sb, err := e.operate(ctx, tenant, id, "use the files of", write, func(sb *torpor.Sandbox) error {
-		rt, err := e.runtime(sb.Runtime.Kind)
-		if err != nil {
-			return err
-		}
-		var ok bool
-		if fr, ok = rt.(torpor.FileRoot); !ok {
-			return torpor.Errorf(torpor.EInvalid, "the %s runtime does not give access to files", rt.Kind())
-		}
-		return nil
+// SandboxFS is an optional Runtime capability of runtimes whose
+// sandboxes' files are not a directory on the host (a microVM's disk lives
+// in its guest): the files API's operations run inside the sandbox, with
+// the confinement and errors of package files. A sandbox without a
+// running instance (a frozen one included) is a conflict.
+type SandboxFS interface {
+	SandboxFS(ctx context.Context, ref torpor.InstanceRef) (files.FS, error)
+}
+
+// Files prepares an operation on a sandbox's files and returns them,
+// confined to the sandbox (see torpor.FileRoot and SandboxFS). Reading the
+// files of a paused container does not wake it; writing follows the
+// sandbox's auto_resume rule, as every other operation, and so does
+// reading those of a runtime that can only reach them through the running
+// sandbox. Both count as activity. done must be called when the operation
+// ends; it closes the FS.
+func (e *Engine) Files(ctx context.Context, tenant, id string, write bool) (fsys files.FS, done func(), err error) {
+	var rt torpor.Runtime
+	sb, err := e.withSandbox(ctx, tenant, id, func(sb *torpor.Sandbox) (err error) {
+		rt, err = e.runtime(sb.Runtime.Kind)
+		return err
 	})
 	if err != nil {
-		return "", nil, err
+		return nil, nil, err
+	}
+	_, onHost := rt.(torpor.FileRoot)
+	if _, inside := rt.(SandboxFS); !onHost && !inside {
+		return nil, nil, torpor.Errorf(torpor.EInvalid, "the %s runtime does not give access to files", rt.Kind())
+	}
+	sb, err = e.operate(ctx, tenant, id, "use the files of", write || !onHost, func(*torpor.Sandbox) error { return nil })
+	if err != nil {
+		return nil, nil, err
 	}
 	started := e.now()
 	finish := func() { e.done(tenant, id, started) }
-	root, err = fr.RootFS(ctx, ref(sb))
-	if err != nil {
-		finish()
-		return "", nil, err
+	if sfs, ok := rt.(SandboxFS); ok && !onHost {
+		if fsys, err = sfs.SandboxFS(ctx, ref(sb)); err != nil {
+			finish()
+			return nil, nil, err
+		}
+	} else {
+		dir, err := rt.(torpor.FileRoot).RootFS(ctx, ref(sb))
+		if err != nil {
+			finish()
+			return nil, nil, err
+		}
+		root, err := files.OpenRoot(dir)
+		if err != nil {
+			finish()
+			return nil, nil, err
+		}
+		fsys = files.HostFS(root)
 	}
-	return root, finish, nil
+	return fsys, func() { fsys.Close(); finish() }, nil
 }
 
 // activityResolution is how long an operation must last before its end is

@@ -25,6 +25,9 @@ type Metrics struct {
 	sweepLag    prometheus.Histogram
 	storeWrite  prometheus.Histogram
 	usageRows   prometheus.Counter
+	proxyReqs   *prometheus.CounterVec
+	proxyWakes  *prometheus.CounterVec
+	proxyWake   prometheus.Histogram
 	requests    *prometheus.CounterVec
 	reqLatency  *prometheus.HistogramVec
 }
@@ -59,6 +62,16 @@ func New(src Source) *Metrics {
 	m.usageRows = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "torpor_usage_ledger_rows_total", Help: "Rows written to the usage ledger.",
 	})
+	m.proxyReqs = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "torpor_proxy_requests_total", Help: "Requests through the port proxy by result (ok, tunnel, or the error code).",
+	}, []string{"result"})
+	m.proxyWakes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "torpor_proxy_wakeups_total", Help: "Proxy requests that had to wake their sandbox, by result.",
+	}, []string{"result"})
+	m.proxyWake = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "torpor_proxy_wake_seconds", Help: "How long a proxy request waited for its sandbox to wake.",
+		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .5, 1, 5, 30},
+	})
 	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "torpor_http_requests_total", Help: "API requests by route and status code.",
 	}, []string{"route", "code"})
@@ -66,7 +79,7 @@ func New(src Source) *Metrics {
 		Name: "torpor_http_request_seconds", Help: "API request latency by route.",
 		Buckets: prometheus.DefBuckets,
 	}, []string{"route"})
-	m.reg.MustRegister(m.transitions, m.latency, m.hooks, m.sweepLag, m.storeWrite, m.usageRows, m.requests, m.reqLatency,
+	m.reg.MustRegister(m.transitions, m.latency, m.hooks, m.sweepLag, m.storeWrite, m.usageRows, m.proxyReqs, m.proxyWakes, m.proxyWake, m.requests, m.reqLatency,
 		newSandboxCollector(src),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -102,6 +115,19 @@ func (m *Metrics) StoreWrite(took time.Duration) { m.storeWrite.Observe(took.Sec
 
 // UsageRows implements lifecycle.Observer.
 func (m *Metrics) UsageRows(n int) { m.usageRows.Add(float64(n)) }
+
+// ProxyRequest implements proxy.Observer.
+func (m *Metrics) ProxyRequest(result string) { m.proxyReqs.WithLabelValues(result).Inc() }
+
+// ProxyWake implements proxy.Observer.
+func (m *Metrics) ProxyWake(took time.Duration, ok bool) {
+	result := "ok"
+	if !ok {
+		result = "error"
+	}
+	m.proxyWakes.WithLabelValues(result).Inc()
+	m.proxyWake.Observe(took.Seconds())
+}
 
 // Request records one API request (route is the pattern, never the raw
 // path, so ids do not blow up the label set).

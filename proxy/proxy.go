@@ -1,9 +1,11 @@
-// Package proxy is torpor's port proxy: it routes HTTP (WebSocket and
-// server-sent events included) to a port inside a sandbox, addressed as
-// `<port>-<sandbox id>.<domain>` or by the X-Sandbox-Id and X-Sandbox-Port
-// headers; it checks the sandbox's traffic token for private ports, wakes
-// a paused or hibernated sandbox on the first request (auto_resume), and
-// reports traffic to the idle engine while bytes flow.
+// Package proxy is torpor's port proxy: it routes HTTP (HTTP/1.1 and
+// cleartext HTTP/2, WebSocket and server-sent events included) to a port
+// inside a sandbox, addressed as `<port>-<sandbox id>.<domain>` or by the
+// X-Sandbox-Id and X-Sandbox-Port headers, and tunnels plain TCP to the
+// ports it is configured for (HTTP CONNECT). It checks the sandbox's
+// traffic token for private ports, wakes a paused or hibernated sandbox
+// on the first request (auto_resume), and reports traffic to the idle
+// engine while bytes flow.
 package proxy
 
 import (
@@ -31,6 +33,10 @@ type Engine interface {
 	WakeForTraffic(ctx context.Context, id string) (*torpor.Sandbox, error)
 	DialSandbox(ctx context.Context, sb *torpor.Sandbox, port int) (net.Conn, error)
 	NoteTraffic(id string)
+	// EventsChanged returns a channel closed at the next stored event
+	// (every state change and every change of ports has one): the proxy
+	// keeps what Lookup said about a running sandbox until then.
+	EventsChanged() <-chan struct{}
 }
 
 // Headers and the query parameter the proxy reads.
@@ -49,20 +55,46 @@ type Config struct {
 	// HoldLimit bounds how long a request waits for a sandbox to wake and
 	// its port to accept (default 30 s); past it the answer is 503.
 	HoldLimit time.Duration
-	Logger    *slog.Logger
+	// TCPPorts are the sandbox ports that HTTP CONNECT tunnels plain TCP
+	// to (none by default).
+	TCPPorts Ports
+	Logger   *slog.Logger
+	// Observer is told of every request and wake-up (for metrics); nil
+	// tells no one.
+	Observer Observer
 }
+
+// Observer counts what the proxy does.
+type Observer interface {
+	// ProxyRequest reports a request that ended: "ok", "tunnel", or the
+	// error code it was answered with.
+	ProxyRequest(result string)
+	// ProxyWake reports a request that had to wake its sandbox, how long
+	// the wake-up held it, and whether it worked.
+	ProxyWake(took time.Duration, ok bool)
+}
+
+type nopObserver struct{}
+
+func (nopObserver) ProxyRequest(string)           {}
+func (nopObserver) ProxyWake(time.Duration, bool) {}
 
 // Proxy is an http.Handler.
 type Proxy struct {
 	eng    Engine
 	domain string
 	hold   time.Duration
+	tcp    Ports
 	log    *slog.Logger
-	// transport is shared by every request, so connections to a sandbox's
-	// port are kept alive and reused; its dialer reads the target from the
-	// request's upstream host name, <port>.<sandbox id>.torpor.
-	transport *http.Transport
-	rp        *httputil.ReverseProxy
+	obs    Observer
+	// The transports are shared by every request, so connections to a
+	// sandbox's port are kept alive and reused; their dialer reads the
+	// target from the request's context. h2 speaks cleartext HTTP/2, to
+	// sandbox servers that do, for requests that came in over HTTP/2.
+	transport, h2 *http.Transport
+	rp, rpH2      *httputil.ReverseProxy
+	pool          upPool
+	cache         cache
 }
 
 // upstream is what the shared transport needs to dial a sandbox.
@@ -71,11 +103,12 @@ type upstreamKey struct{}
 type upstream struct {
 	sb   *torpor.Sandbox
 	port int
+	host string // <port>.<sandbox id>.torpor
 }
 
 // New returns a proxy.
 func New(cfg Config) *Proxy {
-	p := &Proxy{eng: cfg.Engine, domain: strings.ToLower(cfg.Domain), hold: cfg.HoldLimit, log: cfg.Logger}
+	p := &Proxy{eng: cfg.Engine, domain: strings.ToLower(cfg.Domain), hold: cfg.HoldLimit, tcp: cfg.TCPPorts, log: cfg.Logger}
 	if p.domain == "" {
 		p.domain = "localhost"
 	}
@@ -85,40 +118,64 @@ func New(cfg Config) *Proxy {
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
 	}
-	p.transport = &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			up, ok := ctx.Value(upstreamKey{}).(upstream)
-			if !ok {
-				return nil, errors.New("proxy: no upstream")
-			}
-			c, err := p.eng.DialSandbox(ctx, up.sb, up.port)
-			if err != nil {
-				return nil, err
-			}
-			id := up.sb.ID
-			return newActiveConn(c, func() { p.eng.NoteTraffic(id) }, up.sb.Policy().ConnectionIdle), nil
-		},
-		MaxIdleConnsPerHost: 32,
-		IdleConnTimeout:     30 * time.Second,
+	if p.obs = cfg.Observer; p.obs == nil {
+		p.obs = nopObserver{}
 	}
-	p.rp = &httputil.ReverseProxy{
+	dial := func(ctx context.Context, _, _ string) (net.Conn, error) {
+		up, ok := ctx.Value(upstreamKey{}).(upstream)
+		if !ok {
+			return nil, errors.New("proxy: no upstream")
+		}
+		return p.dial(ctx, up.sb, up.port)
+	}
+	// DisableCompression: bodies pass as the sandbox sends them, never
+	// decompressed on the way.
+	p.transport = &http.Transport{
+		DialContext:         dial,
+		MaxIdleConnsPerHost: 64,
+		IdleConnTimeout:     30 * time.Second,
+		DisableCompression:  true,
+	}
+	p.h2 = &http.Transport{DialContext: dial, IdleConnTimeout: 30 * time.Second, DisableCompression: true, Protocols: new(http.Protocols)}
+	p.h2.Protocols.SetUnencryptedHTTP2(true)
+	p.rp = p.reverseProxy(p.transport)
+	p.rpH2 = p.reverseProxy(p.h2)
+	return p
+}
+
+// dial connects to a sandbox's port; the connection reports its traffic.
+func (p *Proxy) dial(ctx context.Context, sb *torpor.Sandbox, port int) (net.Conn, error) {
+	c, err := p.eng.DialSandbox(ctx, sb, port)
+	if err != nil {
+		return nil, err
+	}
+	id := sb.ID
+	return newActiveConn(c, func() { p.eng.NoteTraffic(id) }, sb.Policy().ConnectionIdle), nil
+}
+
+func (p *Proxy) reverseProxy(t http.RoundTripper) *httputil.ReverseProxy {
+	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			up := pr.In.Context().Value(upstreamKey{}).(upstream)
 			pr.Out.URL.Scheme = "http"
 			// A host name per sandbox and port keeps their pooled
 			// connections apart; the dialer ignores it.
-			pr.Out.URL.Host = fmt.Sprintf("%d.%s.torpor", up.port, up.sb.ID)
+			pr.Out.URL.Host = up.host
 			pr.Out.Host = pr.In.Host
-			q := pr.Out.URL.Query()
-			if q.Has(QueryToken) {
+			if strings.Contains(pr.Out.URL.RawQuery, QueryToken) {
+				q := pr.Out.URL.Query()
 				q.Del(QueryToken)
 				pr.Out.URL.RawQuery = q.Encode()
 			}
 			pr.Out.Header.Del(HeaderToken)
 			pr.SetXForwarded()
 		},
-		Transport:     p.transport,
-		FlushInterval: -1, // stream (server-sent events, long polls) as it comes
+		Transport: t,
+		// 0: a body of unknown length (a stream, a long poll) or of
+		// server-sent events is flushed as it comes; one of known length
+		// is written through a buffer, without a flush per write.
+		FlushInterval: 0,
+		BufferPool:    bufferPool{},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			up := r.Context().Value(upstreamKey{}).(upstream)
 			p.log.Debug("proxy: upstream", "sandbox", up.sb.ID, "port", up.port, "err", err)
@@ -126,8 +183,15 @@ func New(cfg Config) *Proxy {
 				Message: fmt.Sprintf("port %d of the sandbox did not answer", up.port)})
 		},
 	}
-	return p
 }
+
+// bufferPool lends the 32 KiB buffers that copy response bodies.
+type bufferPool struct{}
+
+var copyBuffers = sync.Pool{New: func() any { return make([]byte, 32<<10) }}
+
+func (bufferPool) Get() []byte  { return copyBuffers.Get().([]byte) }
+func (bufferPool) Put(b []byte) { copyBuffers.Put(b) } //nolint:staticcheck // a slice header is small
 
 // target is where a request goes.
 type target struct {
@@ -135,7 +199,8 @@ type target struct {
 	port int
 }
 
-// route reads the target from the host name or the headers.
+// route reads the target from the headers or the host name; a CONNECT
+// may also name `<sandbox id>:<port>`.
 func (p *Proxy) route(r *http.Request) (target, error) {
 	if id := r.Header.Get(HeaderSandboxID); id != "" {
 		port, err := strconv.Atoi(r.Header.Get(HeaderSandboxPort))
@@ -144,11 +209,18 @@ func (p *Proxy) route(r *http.Request) (target, error) {
 		}
 		return target{id: id, port: port}, nil
 	}
-	host := strings.ToLower(r.Host)
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
+	host, hostPort := strings.ToLower(r.Host), ""
+	if h, port, err := net.SplitHostPort(host); err == nil {
+		host, hostPort = h, port
 	}
 	label, ok := strings.CutSuffix(host, "."+p.domain)
+	if !ok && r.Method == http.MethodConnect {
+		port, err := strconv.Atoi(hostPort)
+		if err != nil || port < 1 || port > 65535 || strings.Contains(host, ".") || host == "" {
+			return target{}, torpor.Invalid("Host", "CONNECT to <sandbox id>:<port> or <port>-<sandbox id>.%s:<any port>", p.domain)
+		}
+		return target{id: host, port: port}, nil
+	}
 	portStr, id, ok2 := strings.Cut(label, "-")
 	port, err := strconv.Atoi(portStr)
 	if !ok || !ok2 || err != nil || port < 1 || port > 65535 || strings.Contains(id, ".") {
@@ -159,7 +231,23 @@ func (p *Proxy) route(r *http.Request) (target, error) {
 
 // ServeHTTP proxies one request.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if err := p.serve(w, r); err != nil {
+	err := p.serve(w, r)
+	switch {
+	case err == nil && r.Method == http.MethodConnect:
+		p.obs.ProxyRequest("tunnel")
+	case err == nil:
+		p.obs.ProxyRequest("ok")
+	default:
+		p.obs.ProxyRequest(string(torpor.ErrorCodeOf(err)))
+	}
+	if err != nil {
+		if r.Method == http.MethodConnect && torpor.IsCode(err, torpor.EUnauthenticated) {
+			// What CONNECT clients (curl --proxy-user, nc -X connect -P)
+			// answer with credentials.
+			w.Header().Set("Proxy-Authenticate", `Basic realm="torpor sandbox traffic token"`)
+			p.writeErrorStatus(w, err, http.StatusProxyAuthRequired)
+			return
+		}
 		p.writeError(w, err)
 	}
 }
@@ -169,18 +257,30 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	sb, err := p.eng.Lookup(r.Context(), t.id)
+	connect := r.Method == http.MethodConnect
+	if connect && !p.tcp.Contains(t.port) {
+		return torpor.Errorf(torpor.EForbidden, "this proxy does not forward plain TCP to port %d (proxy_tcp_ports: %q)", t.port, p.tcp.String())
+	}
+	sb, err := p.lookup(r.Context(), t.id)
 	if err != nil {
 		return err
 	}
 	// Check access before anything can wake the sandbox.
 	if !sb.PortPublic(t.port) {
 		token := r.Header.Get(HeaderToken)
-		if token == "" {
+		if token == "" && connect {
+			if _, pw, ok := parseProxyAuth(r.Header.Get("Proxy-Authorization")); ok {
+				token = pw
+			}
+		}
+		if token == "" && strings.Contains(r.URL.RawQuery, QueryToken) {
 			token = r.URL.Query().Get(QueryToken)
 		}
 		switch {
 		case token == "":
+			if connect {
+				return torpor.Errorf(torpor.EUnauthenticated, "port %d of this sandbox is private: send its traffic token in %s or as the password of Proxy-Authorization", t.port, HeaderToken)
+			}
 			return torpor.Errorf(torpor.EUnauthenticated, "port %d of this sandbox is private: send its traffic token in %s or ?%s=", t.port, HeaderToken, QueryToken)
 		case subtle.ConstantTimeCompare([]byte(token), []byte(sb.TrafficToken)) != 1:
 			return torpor.Errorf(torpor.EForbidden, "wrong traffic token")
@@ -192,7 +292,10 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) error {
 	if sb.State != torpor.StateRunning {
 		ctx, cancel := context.WithTimeout(r.Context(), p.hold)
 		defer cancel()
-		if sb, err = p.eng.WakeForTraffic(ctx, t.id); err != nil {
+		start := time.Now()
+		sb, err = p.eng.WakeForTraffic(ctx, t.id)
+		p.obs.ProxyWake(time.Since(start), err == nil)
+		if err != nil {
 			if ctx.Err() != nil && r.Context().Err() == nil {
 				return &torpor.Error{Code: torpor.EUnavailable, RetryAfter: 2 * time.Second, Message: "the sandbox did not wake within the proxy's hold limit"}
 			}
@@ -204,8 +307,11 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	p.eng.NoteTraffic(sb.ID)
+	defer p.eng.NoteTraffic(sb.ID)
+	if connect {
+		return p.tunnel(w, r, sb, t.port)
+	}
 	p.forward(w, r, sb, t.port)
-	p.eng.NoteTraffic(sb.ID)
 	return nil
 }
 
@@ -226,9 +332,21 @@ func (p *Proxy) awaitPort(ctx context.Context, sb *torpor.Sandbox, port int) err
 	}
 }
 
-// forward proxies the request to the sandbox's port.
+// forward proxies the request to the sandbox's port: a plain HTTP/1.1
+// request on the fast path (fast.go); one that came in over HTTP/2 over
+// cleartext HTTP/2 when the sandbox's server speaks it; anything else
+// (upgrades, chunked uploads) through httputil.ReverseProxy.
 func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, sb *torpor.Sandbox, port int) {
-	ctx := context.WithValue(r.Context(), upstreamKey{}, upstream{sb: sb, port: port})
+	up := upstream{sb: sb, port: port, host: strconv.Itoa(port) + "." + sb.ID + ".torpor"}
+	if fastPathOK(r) {
+		p.forwardFast(w, r, up)
+		return
+	}
+	ctx := context.WithValue(r.Context(), upstreamKey{}, up)
+	if r.ProtoMajor == 2 && p.speaksH2C(ctx, sb, port) {
+		p.rpH2.ServeHTTP(w, r.WithContext(ctx))
+		return
+	}
 	p.rp.ServeHTTP(w, r.WithContext(ctx))
 }
 
@@ -305,11 +423,27 @@ func (c *activeConn) Close() error {
 	return c.Conn.Close()
 }
 
+// CloseWrite half-closes the connection when it can (a TCP one can).
+func (c *activeConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return c.Close()
+}
+
 // writeError answers in the API's error shape; paused-without-auto-resume
 // is a 409 whose body says so, a full node a 503 with Retry-After.
 func (p *Proxy) writeError(w http.ResponseWriter, err error) {
+	p.writeErrorStatus(w, err, 0)
+}
+
+// writeErrorStatus is writeError with the status given (0: from the
+// error table).
+func (p *Proxy) writeErrorStatus(w http.ResponseWriter, err error, status int) {
 	e := torpor.AsError(err)
-	status := wire.Status(e.Code)
+	if status == 0 {
+		status = wire.Status(e.Code)
+	}
 	if e.Code == torpor.EConflict && e.Reason == "capacity" {
 		status = http.StatusServiceUnavailable
 	}

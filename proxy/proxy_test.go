@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"bufio"
 	"context"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"net"
@@ -23,25 +24,27 @@ import (
 )
 
 type fixture struct {
-	eng     *lifecycle.Engine
-	host    *fake.Host
-	proxy   *httptest.Server
-	backend *httptest.Server
-	hits    atomic.Int32
+	eng       *lifecycle.Engine
+	host      *fake.Host
+	proxy     *httptest.Server
+	backend   *httptest.Server
+	h2backend *httptest.Server
+	hits      atomic.Int32
+	release   chan struct{} // lets /stream write its second piece
 }
 
 var ctx = context.Background()
 
 // newFixture: a real engine over the fake runtime, whose sandboxes' port
 // 8080 is an httptest server (a websocket-like echo on /ws).
-func newFixture(t *testing.T) *fixture {
+func newFixture(t testing.TB) *fixture {
 	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "torpor.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
 	st.PutTemplate(ctx, torpor.Template{Name: "base", RootFS: "/x", CreatedAt: time.Now()})
-	f := &fixture{host: fake.NewHost()}
+	f := &fixture{host: fake.NewHost(), release: make(chan struct{})}
 	f.backend = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		f.hits.Add(1)
 		if r.URL.Path == "/ws" {
@@ -52,15 +55,62 @@ func newFixture(t *testing.T) *fixture {
 			io.Copy(conn, brw)
 			return
 		}
+		switch r.URL.Path {
+		case "/echo":
+			body, _ := io.ReadAll(r.Body)
+			fmt.Fprintf(w, "%s %s xff=%q secret=%q custom=%q", r.Method, body, r.Header.Get("X-Forwarded-For"), r.Header.Get("X-Secret"), r.Header.Get("X-Custom"))
+			return
+		case "/stream":
+			// A body of unknown length: its first piece must reach the
+			// client before the second is written.
+			io.WriteString(w, "first\n")
+			http.NewResponseController(w).Flush()
+			<-f.release
+			io.WriteString(w, "second\n")
+			return
+		}
 		fmt.Fprintf(w, "hello from %s%s token=%q", r.Host, r.URL.RequestURI(), r.Header.Get(proxy.HeaderToken))
 	}))
 	t.Cleanup(f.backend.Close)
+	// Port 8081: a cleartext HTTP/2 server (as gRPC's are), answering
+	// with the protocol it saw and a trailer.
+	f.h2backend = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Trailer", "Grpc-Status")
+		fmt.Fprintf(w, "proto=%d", r.ProtoMajor)
+		w.Header().Set("Grpc-Status", "0")
+	}))
+	f.h2backend.Config.Protocols = new(http.Protocols)
+	f.h2backend.Config.Protocols.SetHTTP1(true)
+	f.h2backend.Config.Protocols.SetUnencryptedHTTP2(true)
+	f.h2backend.Start()
+	t.Cleanup(f.h2backend.Close)
+	// Port 8082: a plain TCP echo.
+	echo, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { echo.Close() })
+	go func() {
+		for {
+			c, err := echo.Accept()
+			if err != nil {
+				return
+			}
+			go func() { io.Copy(c, c); c.Close() }()
+		}
+	}()
+	ports := map[string]string{
+		"127.0.0.1:8080": f.backend.Listener.Addr().String(),
+		"127.0.0.1:8081": f.h2backend.Listener.Addr().String(),
+		"127.0.0.1:8082": echo.Addr().String(),
+	}
 	f.host.DialFunc = func(ctx context.Context, id, network, addr string) (net.Conn, error) {
-		if addr != "127.0.0.1:8080" {
+		to, ok := ports[addr]
+		if !ok {
 			return nil, fmt.Errorf("connection refused to %s", addr)
 		}
 		var d net.Dialer
-		return d.DialContext(ctx, network, f.backend.Listener.Addr().String())
+		return d.DialContext(ctx, network, to)
 	}
 	f.eng, err = lifecycle.New(lifecycle.Config{Store: st, Runtimes: []torpor.Runtime{fake.New(f.host)},
 		Capacity: lifecycle.Capacity{VCPUs: 2, MemoryMiB: 2048}})
@@ -71,12 +121,17 @@ func newFixture(t *testing.T) *fixture {
 	if err := f.eng.Recover(ctx); err != nil {
 		t.Fatal(err)
 	}
-	f.proxy = httptest.NewServer(proxy.New(proxy.Config{Engine: f.eng, Domain: "sb.test", HoldLimit: 2 * time.Second}))
+	tcp, _ := proxy.ParsePorts("8082,9000-9010")
+	f.proxy = httptest.NewUnstartedServer(proxy.New(proxy.Config{Engine: f.eng, Domain: "sb.test", HoldLimit: 2 * time.Second, TCPPorts: tcp}))
+	f.proxy.Config.Protocols = new(http.Protocols)
+	f.proxy.Config.Protocols.SetHTTP1(true)
+	f.proxy.Config.Protocols.SetUnencryptedHTTP2(true)
+	f.proxy.Start()
 	t.Cleanup(f.proxy.Close)
 	return f
 }
 
-func (f *fixture) create(t *testing.T, req torpor.CreateRequest) *torpor.Sandbox {
+func (f *fixture) create(t testing.TB, req torpor.CreateRequest) *torpor.Sandbox {
 	req.Template = "base"
 	sb, err := f.eng.Create(ctx, "acme", req)
 	if err != nil {
@@ -233,6 +288,222 @@ func TestUpgradedConnectionsPassThroughAndCountAsActivity(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatal("traffic on the upgraded connection was not reported as activity")
+		}
+	}
+}
+
+// TestH2CPassesThrough: a request over cleartext HTTP/2 reaches an h2c
+// server in the sandbox over HTTP/2 (trailers included, as gRPC needs),
+// and an HTTP/1.1 server over HTTP/1.1.
+func TestH2CPassesThrough(t *testing.T) {
+	f := newFixture(t)
+	sb := f.create(t, torpor.CreateRequest{Ports: []torpor.PortSpec{{Port: 8080, Public: true}, {Port: 8081, Public: true}}})
+	tr := &http.Transport{Protocols: new(http.Protocols)}
+	tr.Protocols.SetUnencryptedHTTP2(true)
+	c := &http.Client{Transport: tr}
+	for _, tc := range []struct {
+		port, body, trailer string
+	}{{"8081", "proto=2", "0"}, {"8080", "hello from 8080-", ""}, {"8081", "proto=2", "0"}} {
+		req, _ := http.NewRequest("GET", f.proxy.URL+"/x", nil)
+		req.Host = tc.port + "-" + sb.ID + ".sb.test"
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.ProtoMajor != 2 || resp.StatusCode != 200 || !strings.HasPrefix(string(b), tc.body) || resp.Trailer.Get("Grpc-Status") != tc.trailer {
+			t.Fatalf("port %s over h2c: HTTP/%d %d %q trailer %q", tc.port, resp.ProtoMajor, resp.StatusCode, b, resp.Trailer.Get("Grpc-Status"))
+		}
+	}
+	// Over HTTP/1.1 to the h2c server (which speaks both): HTTP/1.1.
+	if status, body := f.get(t, "8081-"+sb.ID+".sb.test", "/", nil); status != 200 || body != "proto=1" {
+		t.Fatalf("HTTP/1.1 to the h2c server: %d %q", status, body)
+	}
+}
+
+// connect sends a CONNECT through the proxy and returns the answer and
+// the connection (the tunnel when the answer is 200).
+func (f *fixture) connect(t *testing.T, target string, hdr ...string) (*http.Response, net.Conn, *bufio.Reader) {
+	t.Helper()
+	conn, err := net.Dial("tcp", f.proxy.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	fmt.Fprintf(conn, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n%s\r\n", target, target, strings.Join(hdr, ""))
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, &http.Request{Method: "CONNECT"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, conn, br
+}
+
+// TestConnectTunnelsPlainTCP: CONNECT opens a TCP tunnel to a sandbox
+// port in TCPPorts, addressed by host name or as <id>:<port>, with the
+// traffic token as the Proxy-Authorization password or in X-Torpor-Token;
+// its traffic counts as activity.
+func TestConnectTunnelsPlainTCP(t *testing.T) {
+	f := newFixture(t)
+	sb := f.create(t, torpor.CreateRequest{})
+	basic := "Proxy-Authorization: Basic " + base64.StdEncoding.EncodeToString([]byte("x:"+sb.TrafficToken)) + "\r\n"
+	for _, target := range []string{sb.ID + ":8082", "8082-" + sb.ID + ".sb.test:443"} {
+		for _, auth := range []string{basic, proxy.HeaderToken + ": " + sb.TrafficToken + "\r\n"} {
+			resp, conn, br := f.connect(t, target, auth)
+			if resp.StatusCode != 200 {
+				t.Fatalf("CONNECT %s: %d", target, resp.StatusCode)
+			}
+			fmt.Fprint(conn, "ping\n")
+			if line, err := br.ReadString('\n'); err != nil || line != "ping\n" {
+				t.Fatalf("echo through the tunnel: %q %v", line, err)
+			}
+		}
+	}
+	if resp, _, _ := f.connect(t, sb.ID+":8082"); resp.StatusCode != 407 || resp.Header.Get("Proxy-Authenticate") == "" {
+		t.Fatalf("CONNECT without a token: %d %q", resp.StatusCode, resp.Header.Get("Proxy-Authenticate"))
+	}
+	if resp, _, _ := f.connect(t, sb.ID+":8082", "Proxy-Authorization: Basic "+base64.StdEncoding.EncodeToString([]byte("x:tt_wrong"))+"\r\n"); resp.StatusCode != 403 {
+		t.Fatalf("CONNECT with a wrong token: %d", resp.StatusCode)
+	}
+	if resp, _, _ := f.connect(t, sb.ID+":8080", basic); resp.StatusCode != 403 {
+		t.Fatalf("CONNECT to a port not open to TCP: %d", resp.StatusCode)
+	}
+	if resp, _, _ := f.connect(t, sb.ID+":9005", basic); resp.StatusCode != 503 {
+		t.Fatalf("CONNECT to a port where nothing listens: %d", resp.StatusCode)
+	}
+
+	// A paused sandbox wakes for a tunnel, and the tunnel's bytes count.
+	if _, err := f.eng.Pause(ctx, "acme", sb.ID, ""); err != nil {
+		t.Fatal(err)
+	}
+	resp, conn, br := f.connect(t, sb.ID+":8082", basic)
+	if resp.StatusCode != 200 {
+		t.Fatalf("CONNECT to a paused sandbox: %d", resp.StatusCode)
+	}
+	before, _ := f.eng.Lookup(ctx, sb.ID)
+	time.Sleep(1100 * time.Millisecond)
+	fmt.Fprint(conn, "pong\n")
+	if line, err := br.ReadString('\n'); err != nil || line != "pong\n" {
+		t.Fatalf("echo after waking: %q %v", line, err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if got, _ := f.eng.Lookup(ctx, sb.ID); got.LastActivityAt.After(before.LastActivityAt) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("traffic in the tunnel was not reported as activity")
+		}
+	}
+}
+
+// TestChangesReachTheProxyAtOnce: what the proxy keeps about a running
+// sandbox does not outlive a pause or a change of its ports.
+func TestChangesReachTheProxyAtOnce(t *testing.T) {
+	f := newFixture(t)
+	sb := f.create(t, torpor.CreateRequest{Ports: []torpor.PortSpec{{Port: 8080, Public: true}}})
+	host := "8080-" + sb.ID + ".sb.test"
+	if status, _ := f.get(t, host, "/", nil); status != 200 {
+		t.Fatalf("public port: %d", status)
+	}
+	if _, err := f.eng.Pause(ctx, "acme", sb.ID, ""); err != nil {
+		t.Fatal(err)
+	}
+	if status, _ := f.get(t, host, "/", nil); status != 200 {
+		t.Fatalf("after a pause: %d", status)
+	}
+	if got, _ := f.eng.Lookup(ctx, sb.ID); got.State != torpor.StateRunning || got.Meters.AutoResumed != 1 {
+		t.Fatalf("the request after a pause did not wake the sandbox: %s %+v", got.State, got.Meters)
+	}
+	private := []torpor.PortSpec{}
+	if _, err := f.eng.Update(ctx, "acme", sb.ID, torpor.UpdateRequest{Ports: &private}); err != nil {
+		t.Fatal(err)
+	}
+	if status, _ := f.get(t, host, "/", nil); status != 401 {
+		t.Fatalf("a port made private still answers: %d", status)
+	}
+}
+
+func TestParsePorts(t *testing.T) {
+	ps, err := proxy.ParsePorts(" 22, 8000-8099 ,5432")
+	if err != nil || ps.String() != "22,8000-8099,5432" || !ps.Contains(8050) || !ps.Contains(22) || ps.Contains(8100) || ps.Contains(23) {
+		t.Fatalf("%v %v", ps, err)
+	}
+	if ps, err := proxy.ParsePorts(""); err != nil || ps.Contains(80) {
+		t.Fatalf("empty: %v %v", ps, err)
+	}
+	for _, bad := range []string{"0", "70000", "9-8", "x", "1-", "-5"} {
+		if _, err := proxy.ParsePorts(bad); err == nil {
+			t.Errorf("%q parsed", bad)
+		}
+	}
+}
+
+// TestForwardsFaithfully: a body and end-to-end headers reach the sandbox;
+// hop-by-hop headers (and those Connection names) do not, nor a client's
+// own X-Forwarded-For; a body of unknown length streams.
+func TestForwardsFaithfully(t *testing.T) {
+	f := newFixture(t)
+	sb := f.create(t, torpor.CreateRequest{Ports: []torpor.PortSpec{{Port: 8080, Public: true}}})
+	req, _ := http.NewRequest("POST", f.proxy.URL+"/echo", strings.NewReader("payload"))
+	req.Host = "8080-" + sb.ID + ".sb.test"
+	req.Header.Set("X-Custom", "kept")
+	req.Header.Set("X-Secret", "hop")
+	req.Header.Set("Connection", "X-Secret")
+	req.Header.Set("X-Forwarded-For", "6.6.6.6")
+	for range 3 { // over a new, then kept-alive upstream connections
+		resp, err := http.DefaultClient.Do(req.Clone(ctx))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if want := `POST payload xff="127.0.0.1" secret="" custom="kept"`; string(b) != want {
+			t.Fatalf("got %q, want %q", b, want)
+		}
+		req.Body = io.NopCloser(strings.NewReader("payload"))
+	}
+
+	req, _ = http.NewRequest("GET", f.proxy.URL+"/stream", nil)
+	req.Host = "8080-" + sb.ID + ".sb.test"
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	if line, err := br.ReadString('\n'); err != nil || line != "first\n" {
+		t.Fatalf("first piece: %q %v", line, err)
+	}
+	close(f.release)
+	if line, err := br.ReadString('\n'); err != nil || line != "second\n" {
+		t.Fatalf("second piece: %q %v", line, err)
+	}
+}
+
+// TestStaleUpstreamConnections: after the sandbox's server closed the
+// kept-alive connections, the next requests (with a body or without) get
+// through on new ones.
+func TestStaleUpstreamConnections(t *testing.T) {
+	f := newFixture(t)
+	sb := f.create(t, torpor.CreateRequest{Ports: []torpor.PortSpec{{Port: 8080, Public: true}}})
+	host := "8080-" + sb.ID + ".sb.test"
+	for _, method := range []string{"GET", "POST", "GET"} {
+		f.backend.CloseClientConnections()
+		time.Sleep(10 * time.Millisecond) // let the close arrive
+		req, _ := http.NewRequest(method, f.proxy.URL+"/echo", strings.NewReader("b"))
+		if method == "GET" {
+			req.Body, req.ContentLength = nil, 0
+		}
+		req.Host = host
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.HasPrefix(string(b), method+" ") {
+			t.Fatalf("%s after the server closed its connections: %d %q", method, resp.StatusCode, b)
 		}
 	}
 }

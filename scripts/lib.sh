@@ -68,3 +68,85 @@ build_torpor() {
   echo "==> building $1"
   (cd "$ROOT" && CGO_ENABLED=0 go build -trimpath -o "$1" ./cmd/torpor)
 }
+
+# VM_KERNEL_DIR is where ensure_vm_support keeps the microVM guest kernel:
+# VM_KERNEL_DIR/<version>/{vmlinux,modules/,config} and a link "current"
+# to the newest. runtime/vm reads it (vm.DefaultKernelDir).
+VM_KERNEL_DIR=${TORPOR_VM_KERNEL_DIR:-/var/lib/torpor/vm-kernel}
+
+# ensure_vm_support: what the microVM runtime (runtime/vm) needs: QEMU and
+# qemu-img, mkfs.ext4, static busybox, and a guest kernel from Debian's
+# linux-image-cloud-amd64 (fetched with apt-get download, unpacked into
+# VM_KERNEL_DIR: the raw PVH-bootable kernel taken out of the LZ4 vmlinuz,
+# and the virtio modules the guest loads from its initramfs).
+ensure_vm_support() {
+  apt_install qemu-system-x86 qemu-utils e2fsprogs busybox-static lz4
+  local pkg ver dest tmp deb vmlinuz off
+  pkg=$(apt-cache depends linux-image-cloud-amd64 2>/dev/null | sed -n 's/^ *Depends: \(linux-image-[0-9].*\)$/\1/p' | head -1 || true)
+  if [[ -z $pkg ]]; then
+    apt-get update -qq || true
+    pkg=$(apt-cache depends linux-image-cloud-amd64 2>/dev/null | sed -n 's/^ *Depends: \(linux-image-[0-9].*\)$/\1/p' | head -1 || true)
+  fi
+  if [[ -z $pkg ]]; then
+    if [[ -e $VM_KERNEL_DIR/current/vmlinux ]]; then
+      echo "warning: cannot resolve linux-image-cloud-amd64; keeping $(readlink "$VM_KERNEL_DIR/current")" >&2
+      return 0
+    fi
+    echo "error: apt knows no linux-image-cloud-amd64 package; the VM runtime needs its kernel" >&2
+    return 1
+  fi
+  ver=${pkg#linux-image-}
+  dest=$VM_KERNEL_DIR/$ver
+  if [[ -s $dest/vmlinux && -d $dest/modules ]]; then
+    ln -sfn "$ver" "$VM_KERNEL_DIR/current"
+    return 0
+  fi
+  echo "==> fetching the microVM guest kernel ($pkg) from Debian"
+  mkdir -p "$VM_KERNEL_DIR"
+  tmp=$(mktemp -d "$VM_KERNEL_DIR/.fetch.XXXXXX")
+  # apt's sandbox user must be able to write the download folder.
+  chmod 0777 "$tmp"
+  (cd "$tmp" && apt-get download "$pkg") || { rm -rf "$tmp"; return 1; }
+  deb=$(ls "$tmp"/*.deb)
+  echo "==> unpacking $(basename "$deb") ($(du -h "$deb" | cut -f1))"
+  mkdir -p "$tmp/x" "$tmp/out/modules"
+  dpkg-deb -x "$deb" "$tmp/x"
+  vmlinuz=$(ls "$tmp"/x/boot/vmlinuz-*)
+  # The bzImage holds the kernel ELF (with its PVH entry note) as an LZ4
+  # legacy frame: find its magic and decompress from there (lz4 stops at
+  # the frame's end and complains about what follows; the ELF is whole).
+  off=$(grep -obUaP -m1 '\x02\x21\x4c\x18' "$vmlinuz" | head -1 | cut -d: -f1 || true)
+  if [[ -z $off ]]; then
+    echo "error: $vmlinuz holds no LZ4 frame" >&2
+    rm -rf "$tmp"
+    return 1
+  fi
+  tail -c +$((off + 1)) "$vmlinuz" | lz4 -dc >"$tmp/out/vmlinux" 2>/dev/null || true
+  if [[ $(head -c 4 "$tmp/out/vmlinux" | od -An -c | tr -d ' ') != '177ELF' ]]; then
+    echo "error: could not extract the kernel ELF from $vmlinuz" >&2
+    rm -rf "$tmp"
+    return 1
+  fi
+  cp "$tmp"/x/boot/config-* "$tmp/out/config"
+  # The virtio drivers the guest needs (and what they depend on); the
+  # runtime reads each module's dependencies from the module itself.
+  local mods="$tmp"/x/lib/modules/$ver/kernel m
+  for m in drivers/virtio drivers/block/virtio_blk.ko drivers/char/virtio_console.ko \
+    drivers/net/virtio_net.ko drivers/net/net_failover.ko net/core/failover.ko; do
+    [[ -e $mods/$m ]] || continue
+    mkdir -p "$tmp/out/modules/$(dirname "$m")"
+    cp -r "$mods/$m" "$tmp/out/modules/$(dirname "$m")/"
+  done
+  echo "$ver" >"$tmp/out/version"
+  rm -rf "$dest"
+  mv "$tmp/out" "$dest"
+  rm -rf "$tmp"
+  ln -sfn "$ver" "$VM_KERNEL_DIR/current"
+  echo "==> guest kernel $ver in $dest ($(du -sh "$dest" | cut -f1))"
+}
+
+# build_vm_agent OUT: the static guest agent of the microVM runtime.
+build_vm_agent() {
+  echo "==> building $1"
+  (cd "$ROOT" && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$1" ./cmd/torpor-agent)
+}

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up and runs every test of torpor on Debian 12 as root: installs what
-# the tests need (runc, busybox-static, debootstrap, a Go toolchain when missing), then
+# the tests need (runc, busybox-static, debootstrap, QEMU and a guest kernel,
+# a Go toolchain when missing), then
 # runs go vet and the whole suite, so that nothing skips.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -11,6 +12,7 @@ if [[ $(id -u) -ne 0 ]]; then
   echo "warning: not root: the runc and end-to-end tests will skip" >&2
 fi
 apt_install runc busybox-static ca-certificates debootstrap
+ensure_vm_support
 ensure_go
 echo "==> $(go version)"
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/torpor-dev/torpor"
 	"github.com/torpor-dev/torpor/initproc"
+	"github.com/torpor-dev/torpor/network"
 )
 
 // readyPoll is how often Boot looks for init's ready report.
@@ -137,6 +138,13 @@ func (r *Runtime) start(ctx context.Context, spec torpor.BootSpec) (instance, er
 	if err := mountLayers(spec.Template.LowerDirs(), r.upperDir(id), r.workDir(id), r.rootfsDir(id), filepath.Join(r.dir, "l")); err != nil {
 		return instance{}, err
 	}
+	var netns string
+	if r.net != nil {
+		netns = r.netnsPath(id)
+		if _, err := r.net.Attach(ctx, network.Endpoint{NetNS: netns, Internet: spec.AllowInternet}); err != nil {
+			return instance{}, err
+		}
+	}
 	config := buildSpec(specInput{
 		Boot:      spec,
 		RootFS:    r.rootfsDir(id),
@@ -144,6 +152,7 @@ func (r *Runtime) start(ctx context.Context, spec torpor.BootSpec) (instance, er
 		RunDir:    r.runDir(id),
 		Cgroup:    "/" + r.cgroupRel(id),
 		SwapLimit: r.cg.swapLimitable(),
+		NetNS:     netns,
 	})
 	b, err := json.MarshalIndent(config, "", "\t")
 	if err != nil {

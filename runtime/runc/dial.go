@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	goruntime "runtime"
 
@@ -12,9 +13,17 @@ import (
 	"github.com/torpor-dev/torpor"
 )
 
-// DialContext connects to addr inside the sandbox's network namespace: the
-// socket is made on an OS thread that has entered that namespace, and it
-// stays there after the thread returns to the daemon's.
+// DialContext connects to addr inside the sandbox's network namespace
+// (its loopback included): the socket is made on an OS thread that has
+// entered that namespace, and it stays there after the thread returns to
+// the daemon's.
+//
+// With a sandbox network the runtime could dial the sandbox's address
+// instead, and a dial would cost less (no namespace switch), but every
+// byte would then cross the veth pair, the bridge and the host's
+// connection tracking; the proxy keeps its connections alive, so bytes
+// matter more than dials (docs/network.md has the figures). The loopback
+// also reaches services bound to 127.0.0.1 only.
 func (r *Runtime) DialContext(ctx context.Context, ref torpor.InstanceRef, network, addr string) (net.Conn, error) {
 	id, err := checkRef(ref)
 	if err != nil {
@@ -75,3 +84,15 @@ func dialIn(ctx context.Context, ns *os.File, network, addr string) (net.Conn, e
 }
 
 var _ torpor.Dialer = (*Runtime)(nil)
+
+// Address returns the sandbox's address on the sandbox network, kept from
+// its first boot until it is destroyed.
+func (r *Runtime) Address(ctx context.Context, ref torpor.InstanceRef) (netip.Addr, bool) {
+	id, err := checkRef(ref)
+	if err != nil || r.net == nil {
+		return netip.Addr{}, false
+	}
+	return r.net.Addr(r.netnsPath(id))
+}
+
+var _ torpor.Addresser = (*Runtime)(nil)

@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -35,6 +36,7 @@ import (
 
 	"github.com/torpor-dev/torpor"
 	"github.com/torpor-dev/torpor/keyedmutex"
+	"github.com/torpor-dev/torpor/network"
 )
 
 // Kind is the runtime's name.
@@ -58,6 +60,21 @@ type Config struct {
 	CgroupParent string
 	// Logger receives the runtime's diagnostics; default slog.Default().
 	Logger *slog.Logger
+	// Network, when set, gives each sandbox an address on the host's
+	// sandbox network (package network); without it a sandbox has only a
+	// loopback, reached by entering its namespace.
+	Network Network
+}
+
+// Network is what the runtime needs of the host's sandbox network
+// (*network.Network): a sandbox's namespace, made with eth0 on the bridge
+// at boot, gone when it stops, and its address, kept until it is
+// destroyed.
+type Network interface {
+	Attach(ctx context.Context, ep network.Endpoint) (netip.Addr, error)
+	Detach(ctx context.Context, netns string) error
+	Release(ctx context.Context, netns string) error
+	Addr(netns string) (netip.Addr, bool)
 }
 
 // Runtime is a torpor.Runtime that runs sandboxes in runc containers.
@@ -69,6 +86,7 @@ type Runtime struct {
 	parent   string
 	cg       *cgroups
 	log      *slog.Logger
+	net      Network
 	locks    keyedmutex.Mutex
 	live     liveSet
 	// codeStarts serialises starting a sandbox's code server.
@@ -125,6 +143,7 @@ func New(cfg Config) (*Runtime, error) {
 		parent:   parent,
 		cg:       cg,
 		log:      cfg.Logger,
+		net:      cfg.Network,
 	}
 	if r.log == nil {
 		r.log = slog.Default()
@@ -194,6 +213,10 @@ func (r *Runtime) runDir(id string) string       { return r.sandboxPath(id, "run
 func (r *Runtime) instanceFile(id string) string { return r.sandboxPath(id, "instance.json") }
 func (r *Runtime) pidFile(id string) string      { return r.sandboxPath(id, "init.pid") }
 func (r *Runtime) runcLog(id string) string      { return r.sandboxPath(id, "runc.log") }
+
+// netnsPath is where the sandbox's network namespace is bind-mounted
+// while it runs (with a Network only).
+func (r *Runtime) netnsPath(id string) string { return r.sandboxPath(id, "netns") }
 
 // runcState is runc's state directory of the sandbox's container.
 func (r *Runtime) runcState(id string) string { return filepath.Join(r.runcRoot, id) }

@@ -104,6 +104,8 @@ type (
 	}
 	ociNamespace struct {
 		Type string `json:"type"`
+		// Path joins an existing namespace instead of making one.
+		Path string `json:"path,omitempty"`
 	}
 	ociSeccomp struct {
 		DefaultAction string           `json:"defaultAction"`
@@ -133,13 +135,18 @@ type specInput struct {
 	Cgroup   string // cgroupsPath, absolute in every hierarchy
 	// SwapLimit: the host can limit memory+swap (no swap for sandboxes).
 	SwapLimit bool
+	// NetNS is the network namespace to join (made by the network
+	// package, with eth0 on the host bridge); empty: a new one with only
+	// a loopback.
+	NetNS string
 }
 
 // defaultCaps are the capabilities `runc spec` gives a container.
 var defaultCaps = []string{"CAP_AUDIT_WRITE", "CAP_KILL", "CAP_NET_BIND_SERVICE"}
 
 // buildSpec makes the OCI config of a sandbox: own pid, mount, UTS, IPC
-// and network namespaces (loopback only), root with `runc spec`'s default
+// and network namespaces (the one prepared at NetNS, else loopback only),
+// root with `runc spec`'s default
 // capabilities, masked and read-only paths, a seccomp profile that refuses
 // the dangerous system calls, and the sandbox's resource limits.
 func buildSpec(in specInput) ociSpec {
@@ -184,7 +191,7 @@ func buildSpec(in specInput) ociSpec {
 			Resources:   buildResources(b.Resources, in.SwapLimit),
 			CgroupsPath: in.Cgroup,
 			Namespaces: []ociNamespace{
-				{Type: "pid"}, {Type: "network"}, {Type: "ipc"}, {Type: "uts"}, {Type: "mount"},
+				{Type: "pid"}, {Type: "network", Path: in.NetNS}, {Type: "ipc"}, {Type: "uts"}, {Type: "mount"},
 			},
 			MaskedPaths: []string{
 				"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",

@@ -44,6 +44,11 @@ func (r *Runtime) Destroy(ctx context.Context, ref torpor.InstanceRef) error {
 	if err := r.removeInstance(ctx, id); err != nil {
 		return fmt.Errorf("runc: destroy %s: %w", id, err)
 	}
+	if r.net != nil {
+		if err := r.net.Release(ctx, r.netnsPath(id)); err != nil {
+			return fmt.Errorf("runc: destroy %s: %w", id, err)
+		}
+	}
 	if mounted(r.rootfsDir(id)) {
 		return fmt.Errorf("runc: destroy %s: %s is still mounted", id, r.rootfsDir(id))
 	}
@@ -54,8 +59,9 @@ func (r *Runtime) Destroy(ctx context.Context, ref torpor.InstanceRef) error {
 }
 
 // removeInstance kills the instance (thawing it first: a frozen process
-// cannot die), deletes the runc container and its cgroups, and unmounts the
-// root. The disk stays. Each step tolerates what is already gone, so this
+// cannot die), deletes the runc container and its cgroups, unmounts the
+// root and removes the network namespace. The disk and the sandbox's
+// address stay. Each step tolerates what is already gone, so this
 // is safe after any crash.
 func (r *Runtime) removeInstance(ctx context.Context, id string) error {
 	rel := r.cgroupRel(id)
@@ -91,6 +97,11 @@ func (r *Runtime) removeInstance(ctx context.Context, id string) error {
 	}
 	if err := unmountAll(r.rootfsDir(id)); err != nil {
 		return err
+	}
+	if r.net != nil {
+		if err := r.net.Detach(ctx, r.netnsPath(id)); err != nil {
+			return err
+		}
 	}
 	r.live.drop(id)
 	for _, f := range []string{r.instanceFile(id), r.pidFile(id)} {

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -27,6 +28,9 @@ type Harness struct {
 	// entrypoints and exec, freezing, limits and isolation are then tested.
 	// A fake runtime leaves it false and gets the state-machine tests.
 	Processes bool
+	// Network says sandboxes get an eth0 on the host's sandbox network
+	// besides their loopback (else: the loopback only).
+	Network bool
 }
 
 // safety bounds every test so that a hung runtime fails instead of
@@ -698,14 +702,23 @@ func testIsolation(t *testing.T, s *suite) {
 	if out := s.sh(t, b, "hostname"); out != "beta\n" {
 		t.Errorf("hostname of b = %q", out)
 	}
-	// Own network namespace: loopback only.
+	// Own network namespace: loopback only, or with the sandbox network
+	// a loopback and an eth0 of its own.
 	var ifaces []string
 	for _, line := range strings.Split(s.sh(t, b, "cat /proc/net/dev"), "\n") {
 		if name, _, ok := strings.Cut(line, ":"); ok {
 			ifaces = append(ifaces, strings.TrimSpace(name))
 		}
 	}
-	if len(ifaces) != 1 || ifaces[0] != "lo" {
-		t.Errorf("network interfaces %v, want only lo", ifaces)
+	sort.Strings(ifaces)
+	want := []string{"lo"}
+	if s.h.Network {
+		want = []string{"eth0", "lo"}
+		if ea, eb := s.sh(t, a, "cat /sys/class/net/eth0/address"), s.sh(t, b, "cat /sys/class/net/eth0/address"); ea == eb {
+			t.Errorf("sandboxes a and b share the eth0 %s", ea)
+		}
+	}
+	if strings.Join(ifaces, " ") != strings.Join(want, " ") {
+		t.Errorf("network interfaces %v, want %v", ifaces, want)
 	}
 }

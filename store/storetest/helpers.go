@@ -310,8 +310,8 @@ func zeroFields(v reflect.Value, path string) []string {
 		}
 		var out []string
 		for i := range v.NumField() {
-			if v.Type() == reflect.TypeFor[torpor.Sandbox]() && v.Type().Field(i).Name == "GPU" {
-				continue // a live view of the GPU lease, never stored
+			if f := v.Type().Field(i).Name; v.Type() == reflect.TypeFor[torpor.Sandbox]() && (f == "GPU" || f == "Address") {
+				continue // live views, never stored
 			}
 			out = append(out, zeroFields(v.Field(i), path+"."+v.Type().Field(i).Name)...)
 		}

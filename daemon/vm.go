@@ -1,0 +1,34 @@
+package daemon
+
+import (
+	"context"
+	"log/slog"
+	"path/filepath"
+
+	"github.com/torpor-dev/torpor"
+	"github.com/torpor-dev/torpor/runtime/vm"
+)
+
+// newVMRuntime returns the microVM runtime when this host can run it
+// (QEMU, the guest kernel and the agent that scripts/install.sh sets up),
+// or nil, saying why, when it cannot: containers work either way.
+func newVMRuntime(ctx context.Context, cfg Config, log *slog.Logger) torpor.Runtime {
+	if cfg.VMAccel == "off" {
+		return nil
+	}
+	rt, err := vm.New(ctx, vm.Config{
+		Dir:        filepath.Join(cfg.DataDir, "vm"),
+		AgentPath:  cfg.VMAgent,
+		KernelDir:  cfg.VMKernelDir,
+		Accel:      cfg.VMAccel,
+		LazyMemory: cfg.VMLazyMemory,
+		Logger:     log,
+	})
+	if err != nil {
+		log.Warn("microVM runtime unavailable; sandboxes run as containers only", "err", err)
+		return nil
+	}
+	i := rt.Info()
+	log.Info("microVM runtime", "accel", i.Accel, "qemu", i.QEMUVersion, "kernel", i.Kernel, "memory", i.Memory)
+	return rt
+}

@@ -1,0 +1,302 @@
+package vm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/torpor-dev/torpor"
+	"github.com/torpor-dev/torpor/runtime/vm/proto"
+)
+
+// cleanupTimeout bounds the cleanup after a failed or cancelled boot.
+const cleanupTimeout = 30 * time.Second
+
+// Boot starts a fresh VM on the sandbox's disk (made on first boot from
+// the template's image): it ends any earlier instance (flushing its
+// disk), drops any snapshot, starts QEMU, waits for the agent and has it
+// run the setup commands and start the entrypoint. A failed setup leaves
+// a stopped instance (Inspect tells why) and returns an invalid_argument
+// *torpor.Error with Reason torpor.FailureSetup.
+func (r *Runtime) Boot(ctx context.Context, spec torpor.BootSpec) (string, error) {
+	if err := validateBoot(spec); err != nil {
+		return "", err
+	}
+	id := spec.SandboxID
+	defer r.locks.Lock(id)()
+	if err := r.removeInstance(ctx, id); err != nil {
+		return "", fmt.Errorf("vm: boot %s: remove the previous instance: %w", id, err)
+	}
+	if err := os.MkdirAll(r.sandboxDir(id), 0o700); err != nil {
+		return "", fmt.Errorf("vm: boot %s: %w", id, err)
+	}
+	if err := r.dropSnapshot(id); err != nil {
+		return "", fmt.Errorf("vm: boot %s: %w", id, err)
+	}
+	in, err := r.bootInstance(ctx, spec)
+	var te *torpor.Error
+	if err != nil && !errors.As(err, &te) {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		if cerr := r.removeInstance(cctx, id); cerr != nil {
+			r.log.Warn("vm: cleanup after failed boot", "sandbox", id, "err", cerr)
+		}
+		return "", fmt.Errorf("vm: boot %s: %w", id, err)
+	}
+	if err != nil {
+		return "", err
+	}
+	return in.handle(id), nil
+}
+
+func (r *Runtime) bootInstance(ctx context.Context, spec torpor.BootSpec) (instance, error) {
+	id := spec.SandboxID
+	if err := r.ensureDisk(ctx, id, spec.Template); err != nil {
+		return instance{}, err
+	}
+	initrd, err := r.initramfs()
+	if err != nil {
+		return instance{}, err
+	}
+	// spec.AllowInternet is not honoured yet: a VM has no network card
+	// (QEMU's user-mode network would let the guest reach the host's
+	// loopback services); see docs/vm.md.
+	m := r.machineFor(id, spec.Resources, initrd)
+	if m.Lazy {
+		if err := makeMemFile(m.MemPath, m.MemoryMiB); err != nil {
+			return instance{}, err
+		}
+	}
+	if err := r.saveJSON(id, "machine.json", m); err != nil {
+		return instance{}, err
+	}
+	p, err := r.startQEMU(ctx, r.sandboxDir(id), m, false)
+	if err != nil {
+		return instance{}, err
+	}
+	in := instance{proc: p, Boot: time.Now().UnixNano()}
+	if err := r.saveJSON(id, "instance.json", in); err != nil {
+		p.kill()
+		return instance{}, err
+	}
+	ac, release, err := r.connectBooting(ctx, id, in)
+	if err != nil {
+		return instance{}, err
+	}
+	defer release()
+	start := proto.Start{
+		Hostname:   spec.Hostname,
+		Env:        spec.Env,
+		Setup:      spec.Setup,
+		Entrypoint: spec.Entrypoint,
+		PidsMax:    spec.Resources.Pids,
+		Now:        time.Now().UTC(),
+	}
+	if start.PidsMax == 0 {
+		start.PidsMax = defaultPids
+	}
+	if spec.Resources.MemoryMiB > 0 {
+		start.MemoryMax = spec.Resources.MemoryMiB << 20
+	}
+	if v := spec.Resources.VCPUs; v > 0 && v < float64(m.VCPUs) {
+		start.CPUQuota = v
+	}
+	var res proto.StartResult
+	if err := ac.call(ctx, proto.OpStart, start, &res); err != nil {
+		return instance{}, agentError(id, err)
+	}
+	if f := res.Failed; f != nil {
+		r.recordResult(id, *f)
+		release()
+		r.endQEMU(ctx, id, in)
+		return instance{}, bootFailure(failureOf(f))
+	}
+	return in, nil
+}
+
+// defaultPids bounds the processes of a sandbox whose resources say 0.
+const defaultPids = 4096
+
+// machineFor sizes the sandbox's VM: whole vCPUs (a fraction is a CPU
+// quota inside), memory at least MinGuestMiB.
+func (r *Runtime) machineFor(id string, res torpor.Resources, initrd string) machine {
+	vcpus := int(math.Ceil(res.VCPUs))
+	if vcpus < 1 {
+		vcpus = 1
+	}
+	mem := res.MemoryMiB
+	if mem == 0 {
+		mem = DefaultMemoryMiB
+	}
+	mem = max(mem, MinGuestMiB)
+	m := machine{
+		Accel:       r.info.Accel,
+		VCPUs:       vcpus,
+		MemoryMiB:   mem,
+		Kernel:      filepath.Join(r.kernelDir, "vmlinux"),
+		Initramfs:   initrd,
+		TSCkHz:      r.tscKHz,
+		Disk:        r.diskPath(id),
+		DiskFormat:  "qcow2",
+		QEMUVersion: r.info.QEMUVersion,
+	}
+	if r.lazy {
+		m.Lazy, m.MemPath = true, r.sandboxPath(id, memFile)
+	}
+	return m
+}
+
+// makeMemFile makes the (sparse) file that backs a lazy guest's memory.
+func makeMemFile(p string, mib int64) error {
+	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Truncate(mib << 20)
+}
+
+// connectBooting waits for a booting guest's agent, failing early when
+// the guest stops (its kernel panicked, its agent could not start).
+func (r *Runtime) connectBooting(ctx context.Context, id string, in instance) (*agentConn, func(), error) {
+	wctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go func() {
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-wctx.Done():
+				return
+			case <-t.C:
+			}
+			if !in.alive() {
+				cancel(errors.New("QEMU exited during boot"))
+				return
+			}
+			sctx, scancel := context.WithTimeout(wctx, 5*time.Second)
+			s, err := vmStatus(sctx, r.sandboxPath(id, qmpSock))
+			scancel()
+			if err == nil && stoppedStatus(s) {
+				cancel(fmt.Errorf("the guest stopped during boot (%s)", s))
+				return
+			}
+		}
+	}()
+	ac, release, err := r.agents.get(wctx, r.sandboxPath(id, agentSock))
+	if err != nil {
+		if cause := context.Cause(wctx); cause != nil && ctx.Err() == nil {
+			err = cause
+		}
+		return nil, nil, fmt.Errorf("waiting for the guest agent: %w%s", err, r.consoleTail(id))
+	}
+	return ac, release, nil
+}
+
+// consoleTail returns the end of the guest's console, for error messages.
+func (r *Runtime) consoleTail(id string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	q, err := dialQMP(ctx, r.sandboxPath(id, qmpSock))
+	if err != nil {
+		return ""
+	}
+	defer q.close()
+	s, err := q.ringbufRead(ctx, "console")
+	if err != nil || strings.TrimSpace(s) == "" {
+		return ""
+	}
+	if len(s) > 2048 {
+		s = s[len(s)-2048:]
+	}
+	return "; guest console:\n" + strings.TrimSpace(strings.ToValidUTF8(s, "\uFFFD"))
+}
+
+// bootFailure turns the failure of a boot into the error Boot returns.
+func bootFailure(f *torpor.Failure) error {
+	param := "setup"
+	switch f.Code {
+	case torpor.FailureEntrypoint:
+		param = "entrypoint"
+	case torpor.FailureOOM:
+		param = "resources.memory_mib"
+	}
+	return &torpor.Error{Code: torpor.EInvalid, Param: param, Reason: f.Code, Message: f.Message}
+}
+
+// validateBoot refuses bad input before anything touches the disk.
+func validateBoot(spec torpor.BootSpec) error {
+	if !torpor.ValidID(spec.SandboxID) {
+		return torpor.Invalid("sandbox_id", "invalid sandbox id %q", spec.SandboxID)
+	}
+	if err := validateTemplate(spec.Template); err != nil {
+		return err
+	}
+	if spec.Hostname != "" && !validHostname(spec.Hostname) {
+		return torpor.Invalid("hostname", "invalid host name %q", spec.Hostname)
+	}
+	if err := validateEnv("env", spec.Env); err != nil {
+		return err
+	}
+	for _, s := range spec.Setup {
+		if strings.ContainsRune(s, 0) {
+			return torpor.Invalid("setup", "a setup command holds a NUL byte")
+		}
+	}
+	for i, a := range spec.Entrypoint {
+		if strings.ContainsRune(a, 0) || (i == 0 && a == "") {
+			return torpor.Invalid("entrypoint", "invalid entrypoint argument %d", i)
+		}
+	}
+	res := spec.Resources
+	if res.VCPUs < 0 || res.MemoryMiB < 0 || res.Pids < 0 || res.DiskMiB < 0 {
+		return torpor.Invalid("resources", "resources cannot be negative")
+	}
+	if res.VCPUs > 64 {
+		return torpor.Invalid("resources.vcpus", "a VM has at most 64 vCPUs")
+	}
+	if res.MemoryMiB > 0 && res.MemoryMiB < 8 {
+		return torpor.Invalid("resources.memory_mib", "a sandbox needs at least 8 MiB of memory")
+	}
+	return nil
+}
+
+func validateEnv(param string, env map[string]string) error {
+	for k, v := range env {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+			return torpor.Invalid(param, "invalid environment variable %q", k)
+		}
+	}
+	return nil
+}
+
+func validHostname(h string) bool {
+	if len(h) > 63 {
+		return false
+	}
+	for i := 0; i < len(h); i++ {
+		c := h[i]
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+			(c == '-' || c == '.' || c == '_') && i > 0
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// removeFiles removes files of the sandbox's directory; missing is fine.
+func (r *Runtime) removeFiles(id string, names ...string) error {
+	for _, n := range names {
+		if err := os.Remove(r.sandboxPath(id, n)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,248 @@
+package vm
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"path"
+	"time"
+
+	"github.com/torpor-dev/torpor"
+	"github.com/torpor-dev/torpor/initproc"
+	"github.com/torpor-dev/torpor/runtime/vm/proto"
+)
+
+var (
+	_ torpor.CodeRunner    = (*Runtime)(nil)
+	_ torpor.ProcessRunner = (*Runtime)(nil)
+)
+
+// The guest's code server is initproc's, run by the agent's copy of
+// itself: the same interpreters, snippets and background processes as in
+// a container.
+var codeSocket = path.Join(proto.GuestRunDir, initproc.CodeSocket)
+
+const (
+	// codeGrace is how long past a snippet's timeout the runtime waits
+	// for the code server's answer.
+	codeGrace = 5 * time.Second
+	// maxCodeAnswer bounds the code server's answer.
+	maxCodeAnswer = 64 << 20
+	// procTimeout bounds one process-table operation.
+	procTimeout = 15 * time.Second
+)
+
+// RunCode runs a snippet in the guest's code server, reached through the
+// agent (a dialled unix socket); the server is started on first use and
+// lives as long as the VM — across a freeze and a snapshot.
+func (r *Runtime) RunCode(ctx context.Context, ref torpor.InstanceRef, req torpor.CodeRequest) (torpor.CodeResult, error) {
+	if err := torpor.ValidateCode(req); err != nil {
+		return torpor.CodeResult{}, err
+	}
+	deadline := time.Time{}
+	if req.Timeout > 0 {
+		deadline = time.Now().Add(req.Timeout + codeGrace)
+	}
+	res, err := r.codeCall(ctx, ref, initproc.CodeRequest{Language: req.Language, Code: req.Code, TimeoutMS: req.Timeout.Milliseconds()}, deadline, maxCodeAnswer)
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() && ctx.Err() == nil {
+		return torpor.CodeResult{TimedOut: true, Context: torpor.ContextExisting,
+			Error: &torpor.CodeError{Name: "TimeoutError", Value: "the code server did not answer in time"}}, nil
+	}
+	if err != nil {
+		return torpor.CodeResult{}, err
+	}
+	switch {
+	case res.Missing != "":
+		return torpor.CodeResult{}, &torpor.Error{Code: torpor.EInvalid, Param: "language",
+			Message: fmt.Sprintf("%s is not installed in this sandbox; %s needs a template that has it", cleanText(res.Missing, 64), req.Language)}
+	case res.Fail != "":
+		return torpor.CodeResult{}, fmt.Errorf("vm: code server of %s: %s", ref.SandboxID, cleanText(res.Fail, 1024))
+	}
+	if res.Context != torpor.ContextNew {
+		res.Context = torpor.ContextExisting
+	}
+	return res.CodeResult, nil
+}
+
+// codeCall sends one request to the code server and reads its answer.
+func (r *Runtime) codeCall(ctx context.Context, ref torpor.InstanceRef, req initproc.CodeRequest, deadline time.Time, limit int64) (*initproc.CodeResponse, error) {
+	id, err := checkRef(ref)
+	if err != nil {
+		return nil, err
+	}
+	c, err := r.codeConn(ctx, ref, id)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })
+	defer stop()
+	if !deadline.IsZero() {
+		_ = c.SetDeadline(deadline)
+	}
+	b, _ := json.Marshal(req)
+	if _, err := c.Write(append(b, '\n')); err != nil {
+		return nil, r.codeFailure(ctx, id, err)
+	}
+	line, err := bufio.NewReaderSize(io.LimitReader(c, limit), 64<<10).ReadBytes('\n')
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			return nil, err
+		}
+		return nil, r.codeFailure(ctx, id, err)
+	}
+	var res initproc.CodeResponse
+	if err := json.Unmarshal(line, &res); err != nil {
+		return nil, fmt.Errorf("vm: code server of %s answered badly: %w", id, err)
+	}
+	return &res, nil
+}
+
+// codeFailure explains a broken conversation with the code server.
+func (r *Runtime) codeFailure(ctx context.Context, id string, err error) error {
+	if st, _, ierr := r.inspect(ctx, id); ierr == nil {
+		if serr := execStateError(st); serr != nil {
+			return serr
+		}
+	}
+	return fmt.Errorf("vm: code server of %s: %w", id, err)
+}
+
+// codeConn connects to the guest's code server, starting it when none
+// answers.
+func (r *Runtime) codeConn(ctx context.Context, ref torpor.InstanceRef, id string) (net.Conn, error) {
+	c, err := r.DialContext(ctx, ref, "unix", codeSocket)
+	if err == nil {
+		return c, nil
+	}
+	var te *torpor.Error
+	if errors.As(err, &te) && te.Code != torpor.EUnavailable {
+		return nil, err // not running, frozen, ...
+	}
+	defer r.codeStarts.Lock(id)()
+	if c, err := r.DialContext(ctx, ref, "unix", codeSocket); err == nil {
+		return c, nil
+	}
+	var out bytes.Buffer
+	res, err := r.Exec(ctx, ref, torpor.ExecRequest{
+		Cmd:     []string{proto.GuestAgentPath, "init", "code-server", "-socket", codeSocket},
+		Stdout:  &out,
+		Stderr:  &out,
+		Timeout: 30 * time.Second,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if res.ExitCode != 0 {
+		return nil, fmt.Errorf("vm: start the code server of %s: exit status %d: %s", id, res.ExitCode, cleanText(out.String(), 1024))
+	}
+	return r.DialContext(ctx, ref, "unix", codeSocket)
+}
+
+// StartProcess starts a background process through the guest's code
+// server, which keeps it, its stdin and the last MiB of its output until
+// the VM stops.
+func (r *Runtime) StartProcess(ctx context.Context, ref torpor.InstanceRef, req torpor.ProcessRequest) (torpor.ProcessInfo, error) {
+	if err := torpor.ValidateProcess(req); err != nil {
+		return torpor.ProcessInfo{}, err
+	}
+	res, err := r.proc(ctx, ref, initproc.ProcRequest{Op: initproc.ProcStart, Cmd: req.Cmd, Env: req.Env, Cwd: req.Cwd, MinID: req.MinID})
+	if err != nil {
+		return torpor.ProcessInfo{}, err
+	}
+	if res.Info == nil {
+		return torpor.ProcessInfo{}, fmt.Errorf("vm: the code server of %s did not say which process it started", ref.SandboxID)
+	}
+	return *res.Info, nil
+}
+
+// ListProcesses lists the sandbox's background processes.
+func (r *Runtime) ListProcesses(ctx context.Context, ref torpor.InstanceRef) ([]torpor.ProcessInfo, error) {
+	res, err := r.proc(ctx, ref, initproc.ProcRequest{Op: initproc.ProcList})
+	if err != nil {
+		return nil, err
+	}
+	if res.List == nil {
+		return []torpor.ProcessInfo{}, nil
+	}
+	return res.List, nil
+}
+
+// ProcessOutput reads a background process's output from offset.
+func (r *Runtime) ProcessOutput(ctx context.Context, ref torpor.InstanceRef, id int, offset int64) (torpor.ProcessOutput, error) {
+	if offset < 0 {
+		return torpor.ProcessOutput{}, torpor.Invalid("offset", "must not be negative")
+	}
+	res, err := r.proc(ctx, ref, initproc.ProcRequest{Op: initproc.ProcOutput, ID: id, Offset: offset})
+	if err != nil {
+		return torpor.ProcessOutput{}, err
+	}
+	if res.Output == nil {
+		return torpor.ProcessOutput{}, fmt.Errorf("vm: the code server of %s sent no output", ref.SandboxID)
+	}
+	out := *res.Output
+	out.Data = string(res.Data)
+	return out, nil
+}
+
+// WriteProcessStdin writes to a background process's stdin, and closes it
+// when close is set.
+func (r *Runtime) WriteProcessStdin(ctx context.Context, ref torpor.InstanceRef, id int, data []byte, close bool) error {
+	if len(data) > torpor.MaxProcessStdin {
+		return torpor.Invalid("data", "at most %d bytes", torpor.MaxProcessStdin)
+	}
+	_, err := r.proc(ctx, ref, initproc.ProcRequest{Op: initproc.ProcStdin, ID: id, Data: data, Close: close})
+	return err
+}
+
+// SignalProcess sends a signal to a background process's group.
+func (r *Runtime) SignalProcess(ctx context.Context, ref torpor.InstanceRef, id int, signal string) error {
+	sig, err := torpor.NormalizeSignal(signal)
+	if err != nil {
+		return err
+	}
+	_, err = r.proc(ctx, ref, initproc.ProcRequest{Op: initproc.ProcSignal, ID: id, Signal: sig})
+	return err
+}
+
+// proc sends one process-table operation and maps its refusals.
+func (r *Runtime) proc(ctx context.Context, ref torpor.InstanceRef, req initproc.ProcRequest) (*initproc.ProcResponse, error) {
+	res, err := r.codeCall(ctx, ref, initproc.CodeRequest{Proc: &req}, time.Now().Add(procTimeout), 4*torpor.MaxProcessOutputRead+(1<<20))
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case res.Fail != "":
+		return nil, fmt.Errorf("vm: code server of %s: %s", ref.SandboxID, cleanText(res.Fail, 1024))
+	case res.Proc == nil:
+		return nil, fmt.Errorf("vm: the code server of %s does not know background processes", ref.SandboxID)
+	case res.Proc.NotFound:
+		return nil, torpor.Errorf(torpor.ENotFound, "sandbox %s has no process %d", ref.SandboxID, req.ID)
+	case res.Proc.Invalid != "":
+		param := res.Proc.Param
+		if param == "" {
+			switch req.Op {
+			case initproc.ProcSignal:
+				param = "signal"
+			case initproc.ProcOutput:
+				param = "offset"
+			default:
+				param = "cmd"
+			}
+		}
+		return nil, torpor.Invalid(param, "%s", cleanText(res.Proc.Invalid, 1024))
+	case res.Proc.Conflict != "":
+		return nil, torpor.Errorf(torpor.EConflict, "%s", cleanText(res.Proc.Conflict, 1024))
+	}
+	return res.Proc, nil
+}
