@@ -25,9 +25,9 @@ fi
 go vet ./...
 
 echo "==> go test"
-# The lifecycle, store and API packages run with the race detector; the
+# The lifecycle, store, API and GPU lease packages run with the race detector; the
 # runtime and end-to-end packages drive real containers and run without it.
-race=(./ ./lifecycle/... ./store/... ./api/... ./client/...)
+race=(./ ./lifecycle/... ./store/... ./api/... ./client/... ./gpu/...)
 go test -count=1 -race "${race[@]}"
 # Everything else, one package at a time (they start real sandboxes).
 rest=$(go list ./... | grep -v -x -F "$(go list "${race[@]}")")
