@@ -123,10 +123,8 @@ func (r *CreateRequest) Validate(l Limits) (Resources, error) {
 	if err := validateRuntime(r.Runtime); err != nil {
 		return Resources{}, err
 	}
-	switch r.Isolation {
-	case "", IsolationContainer, IsolationVM:
-	default:
-		return Resources{}, Invalid("isolation", "must be %s or %s", IsolationContainer, IsolationVM)
+	if err := validateIsolation(r.Isolation); err != nil {
+		return Resources{}, err
 	}
 	if err := r.PolicyRequest.Validate(); err != nil {
 		return Resources{}, err
@@ -253,4 +251,12 @@ func truncate(s string) string {
 		return s[:40] + "…"
 	}
 	return s
+}
+
+func validateIsolation(isolation string) error {
+	switch isolation {
+	case "", IsolationContainer, IsolationVM:
+		return nil
+	}
+	return Invalid("isolation", "must be %s or %s", IsolationContainer, IsolationVM)
 }

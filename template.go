@@ -53,6 +53,9 @@ type TemplateDefaults struct {
 	// Hooks the image ships (its HooksLabel label): they run before the
 	// sandbox's own, unless the create request says ignore_image_hooks.
 	Hooks []Hook `json:"hooks,omitempty"`
+	// Isolation is the isolation a sandbox of the template gets when its
+	// request names neither isolation nor runtime ("": the server's).
+	Isolation string `json:"isolation,omitempty"`
 }
 
 // HooksLabel is the image label that carries the hooks an image ships, as
@@ -78,6 +81,9 @@ func (d TemplateDefaults) Apply(req CreateRequest) CreateRequest {
 	}
 	if len(req.Runtime.Entrypoint) == 0 && len(d.Entrypoint) > 0 {
 		req.Runtime.Entrypoint = append([]string(nil), d.Entrypoint...)
+	}
+	if req.Isolation == "" && req.Runtime.Kind == "" {
+		req.Isolation = d.Isolation
 	}
 	if len(d.Hooks) > 0 && !req.IgnoreImageHooks {
 		req.Hooks = append(append([]Hook(nil), d.Hooks...), req.Hooks...)
@@ -138,6 +144,8 @@ type TemplateOptions struct {
 	Setup      []string          `json:"setup,omitempty"`
 	Entrypoint []string          `json:"entrypoint,omitempty"`
 	Resources  *Resources        `json:"resources,omitempty"`
+	// Isolation is the default isolation of the template's sandboxes.
+	Isolation string `json:"isolation,omitempty"`
 }
 
 // Validate checks the options like the same fields of a create request.
@@ -146,6 +154,9 @@ func (o TemplateOptions) Validate() error {
 		return err
 	}
 	if err := validateRuntime(RuntimeConfig{Setup: o.Setup, Entrypoint: o.Entrypoint}); err != nil {
+		return err
+	}
+	if err := validateIsolation(o.Isolation); err != nil {
 		return err
 	}
 	if o.Resources != nil {

@@ -43,3 +43,23 @@ func TestValidateTemplateName(t *testing.T) {
 		}
 	}
 }
+
+func TestTemplateDefaultIsolation(t *testing.T) {
+	d := TemplateDefaults{Isolation: IsolationVM}
+	cases := []struct {
+		req  CreateRequest
+		want string
+	}{
+		{CreateRequest{}, IsolationVM},
+		{CreateRequest{Isolation: IsolationContainer}, IsolationContainer},
+		{CreateRequest{Runtime: RuntimeConfig{Kind: "runc"}}, ""}, // a named runtime decides
+	}
+	for _, c := range cases {
+		if got := d.Apply(c.req).Isolation; got != c.want {
+			t.Errorf("Apply(%+v).Isolation = %q, want %q", c.req, got, c.want)
+		}
+	}
+	if err := (TemplateOptions{Isolation: "chroot"}).Validate(); !IsCode(err, EInvalid) {
+		t.Errorf("an unknown isolation in template options: %v", err)
+	}
+}

@@ -293,10 +293,6 @@ func (e *Engine) Create(ctx context.Context, tenant string, req torpor.CreateReq
 	if err != nil {
 		return nil, err
 	}
-	rt, err := e.runtimeFor(req.Isolation, req.Runtime.Kind)
-	if err != nil {
-		return nil, err
-	}
 	tmpl, err := e.store.GetTemplate(ctx, req.Template)
 	if err != nil {
 		if torpor.IsCode(err, torpor.ENotFound) {
@@ -304,11 +300,18 @@ func (e *Engine) Create(ctx context.Context, tenant string, req torpor.CreateReq
 		}
 		return nil, err
 	}
-	// The template's defaults (env, setup, entrypoint, resources) under
-	// what the request says, checked again as a whole.
+	// The template's defaults (env, setup, entrypoint, resources,
+	// isolation) under what the request says, checked again as a whole.
 	req = tmpl.Defaults.Apply(req)
 	if res, err = req.Validate(e.limits); err != nil {
 		return nil, err
+	}
+	rt, err := e.runtimeFor(req.Isolation, req.Runtime.Kind)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := rt.(torpor.Addresser); req.AllowInternet && !ok {
+		return nil, torpor.Invalid("allow_internet", "sandboxes of the %s runtime have no network to the internet on this server", rt.Kind())
 	}
 	now := e.now()
 	rc := req.Runtime

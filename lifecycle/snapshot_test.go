@@ -81,3 +81,13 @@ func TestIdlePolicyChoosesThePauseMode(t *testing.T) {
 		t.Errorf("an unknown pause mode: %v", err)
 	}
 }
+
+// A runtime without a sandbox network cannot let a sandbox out: asking
+// for it is refused, not ignored.
+func TestAllowInternetNeedsANetwork(t *testing.T) {
+	e := newEnv(t)
+	_, err := e.eng.Create(ctx, "acme", torpor.CreateRequest{Template: "base", AllowInternet: true})
+	if !torpor.IsCode(err, torpor.EInvalid) {
+		t.Fatalf("allow_internet on a runtime without a network: %v", err)
+	}
+}

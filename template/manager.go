@@ -217,6 +217,9 @@ func applyOptions(d torpor.TemplateDefaults, o torpor.TemplateOptions) torpor.Te
 		r := *o.Resources
 		d.Resources = &r
 	}
+	if o.Isolation != "" {
+		d.Isolation = o.Isolation
+	}
 	return d
 }
 

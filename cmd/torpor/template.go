@@ -141,6 +141,7 @@ type templateFlags struct {
 	env, setup       []string
 	cpus             float64
 	mem, pids, disks int64
+	isolation        string
 }
 
 func (f *templateFlags) add(cmd *cobra.Command) {
@@ -151,6 +152,7 @@ func (f *templateFlags) add(cmd *cobra.Command) {
 	fl.Int64Var(&f.mem, "memory", 0, "default memory in MiB")
 	fl.Int64Var(&f.pids, "pids", 0, "default process limit")
 	fl.Int64Var(&f.disks, "disk", 0, "default disk in MiB")
+	fl.StringVar(&f.isolation, "isolation", "", "default isolation of its sandboxes: container or vm")
 }
 
 func (f *templateFlags) options(entrypoint []string) (torpor.TemplateOptions, error) {
@@ -158,7 +160,7 @@ func (f *templateFlags) options(entrypoint []string) (torpor.TemplateOptions, er
 	if err != nil {
 		return torpor.TemplateOptions{}, err
 	}
-	o := torpor.TemplateOptions{Env: env, Setup: f.setup, Entrypoint: entrypoint}
+	o := torpor.TemplateOptions{Env: env, Setup: f.setup, Entrypoint: entrypoint, Isolation: f.isolation}
 	if r := (torpor.Resources{VCPUs: f.cpus, MemoryMiB: f.mem, Pids: f.pids, DiskMiB: f.disks}); r != (torpor.Resources{}) {
 		o.Resources = &r
 	}
