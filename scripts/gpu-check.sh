@@ -32,7 +32,7 @@ build() {
   mkdir -p bin
   # go-nvml's cgo prologue warns about deprecated NVML calls it wraps.
   CGO_CFLAGS="${CGO_CFLAGS:-} -Wno-deprecated-declarations" \
-    go test -c -o bin/gpu-real.test ./gpu/nvidia || return 1
+    go test -tags nvml -c -o bin/gpu-real.test ./gpu/nvidia || return 1
   CGO_ENABLED=0 go test -c -o bin/gpu-real-nocgo.test ./gpu/nvidia || return 1
   echo "built bin/gpu-real.test and bin/gpu-real-nocgo.test"
 }
@@ -76,7 +76,7 @@ start=$(date +%s)
 if have go; then
   say "==> go test ($(go version))"
   CGO_CFLAGS="${CGO_CFLAGS:-} -Wno-deprecated-declarations" \
-    go test -count=1 -timeout 5m -v -run Real ./gpu/nvidia 2>&1 | tee -a "$log"
+    go test -tags nvml -count=1 -timeout 5m -v -run Real ./gpu/nvidia 2>&1 | tee -a "$log"
   rc=${PIPESTATUS[0]}
 else
   bin=""
