@@ -35,6 +35,7 @@ import (
 	"strings"
 
 	"github.com/torpor-dev/torpor"
+	"github.com/torpor-dev/torpor/initproc"
 	"github.com/torpor-dev/torpor/keyedmutex"
 	"github.com/torpor-dev/torpor/network"
 )
@@ -79,6 +80,10 @@ type Network interface {
 
 // Runtime is a torpor.Runtime that runs sandboxes in runc containers.
 type Runtime struct {
+	// ProcessClient gives the runtime its background processes
+	// (torpor.ProcessRunner), through the sandbox's code server.
+	initproc.ProcessClient
+
 	dir      string
 	runcRoot string
 	runcPath string
@@ -148,6 +153,7 @@ func New(cfg Config) (*Runtime, error) {
 	if r.log == nil {
 		r.log = slog.Default()
 	}
+	r.ProcessClient = initproc.ProcessClient{Send: r.sendProc, Who: "runc"}
 	for _, d := range []string{r.runcRoot, filepath.Join(dir, "sandboxes")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("runc: %w", err)

@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/torpor-dev/torpor/initproc"
 )
 
 // New checks the host (QEMU, qemu-img, mkfs.ext4, the guest kernel, a
@@ -55,6 +57,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		return nil, fmt.Errorf("vm: no guest kernel: %w (run scripts/install.sh)", err)
 	}
 	r := &Runtime{dir: dir, agentPath: agentPath, kernelDir: kernelDir, lazy: cfg.LazyMemory, diskMiB: cfg.DiskMiB, log: cfg.Logger}
+	r.ProcessClient = initproc.ProcessClient{Send: r.sendProc, Who: "vm"}
 	if r.log == nil {
 		r.log = slog.Default()
 	}

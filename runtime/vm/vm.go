@@ -33,6 +33,7 @@ import (
 	"sync"
 
 	"github.com/torpor-dev/torpor"
+	"github.com/torpor-dev/torpor/initproc"
 	"github.com/torpor-dev/torpor/keyedmutex"
 )
 
@@ -99,6 +100,10 @@ type Config struct {
 
 // Runtime is a torpor.Runtime of microVMs.
 type Runtime struct {
+	// ProcessClient gives the runtime its background processes
+	// (torpor.ProcessRunner), through the guest's code server.
+	initproc.ProcessClient
+
 	dir       string
 	agentPath string
 	kernelDir string
