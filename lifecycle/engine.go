@@ -504,6 +504,9 @@ func (e *Engine) boot(ctx context.Context, sb *torpor.Sandbox, rt torpor.Runtime
 	sb.Handle = handle
 	sb.Failure = nil
 	sb.PauseMode = ""
+	// The idle clock starts when the sandbox runs: a slow boot (a VM
+	// under emulation, a long setup) is not idle time.
+	sb.LastActivityAt = e.now()
 	if err := e.gpuAttach(ctx, sb); err != nil {
 		_ = rt.Stop(context.WithoutCancel(ctx), ref(sb))
 		return e.recordFailure(ctx, sb, &torpor.Failure{Code: FailureGPU, Message: err.Error()})

@@ -1,6 +1,7 @@
 package lifecycle_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -89,5 +90,20 @@ func TestAllowInternetNeedsANetwork(t *testing.T) {
 	_, err := e.eng.Create(ctx, "acme", torpor.CreateRequest{Template: "base", AllowInternet: true})
 	if !torpor.IsCode(err, torpor.EInvalid) {
 		t.Fatalf("allow_internet on a runtime without a network: %v", err)
+	}
+}
+
+// The idle clock starts when the sandbox runs: a boot slower than the idle
+// timeout does not get the sandbox paused the moment it is up.
+func TestIdleClockStartsWhenTheBootEnds(t *testing.T) {
+	e := newEnv(t)
+	e.host.BootHook = func(context.Context, torpor.BootSpec) error {
+		e.clock.Advance(90 * time.Second) // a slow boot
+		return nil
+	}
+	sb := e.create(torpor.CreateRequest{PolicyRequest: torpor.PolicyRequest{
+		LifecyclePolicy: &torpor.LifecyclePolicy{PauseAfterIdleSeconds: torpor.Seconds(60)}}})
+	if sb.State != torpor.StateRunning || sb.PauseAt == nil || !sb.PauseAt.Equal(e.clock.Now().Add(60*time.Second)) {
+		t.Fatalf("after a 90 s boot: %s, pause at %v (now %s)", sb.State, sb.PauseAt, e.clock.Now())
 	}
 }
