@@ -185,4 +185,7 @@ type Describer interface {
 // has no sandbox network, or the sandbox never booted with one.
 type Addresser interface {
 	Address(ctx context.Context, ref InstanceRef) (addr netip.Addr, ok bool)
+	// Networked reports whether the runtime puts sandboxes on the sandbox
+	// network at all (and so can let one reach the internet).
+	Networked() bool
 }

@@ -75,7 +75,11 @@ func Run(ctx context.Context, cfg Config, opt Options) error {
 	}
 	defer st.Close()
 
-	rt, err := newRuntime(ctx, cfg, log)
+	sandboxNet, err := newNetwork(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	rt, err := newRuntime(ctx, cfg, sandboxNet, log)
 	if err != nil {
 		return err
 	}
@@ -90,7 +94,7 @@ func Run(ctx context.Context, cfg Config, opt Options) error {
 		return err
 	}
 	runtimes := []torpor.Runtime{rt}
-	if vrt := newVMRuntime(ctx, cfg, log); vrt != nil {
+	if vrt := newVMRuntime(ctx, cfg, sandboxNet, log); vrt != nil {
 		runtimes = append(runtimes, vrt)
 	}
 	gpuLeases, gpuAttach, bindGPU, err := newGPU(cfg, st, opt.Getenv, log)
@@ -185,7 +189,25 @@ func Run(ctx context.Context, cfg Config, opt Options) error {
 	return hs.Shutdown(sctx)
 }
 
-func newRuntime(ctx context.Context, cfg Config, log *slog.Logger) (torpor.Runtime, error) {
+// newNetwork makes (or adopts) the host's sandbox network that both
+// runtimes put their sandboxes on; nil when network_bridge is empty.
+func newNetwork(ctx context.Context, cfg Config, log *slog.Logger) (*network.Network, error) {
+	if cfg.NetworkBridge == "" {
+		return nil, nil
+	}
+	prefix, err := cfg.networkPrefix()
+	if err != nil {
+		return nil, err
+	}
+	n, err := network.New(ctx, network.Config{Bridge: cfg.NetworkBridge, Prefix: prefix, Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("%w (network_bridge = \"\" runs sandboxes with only a loopback)", err)
+	}
+	log.Info("sandbox network", "bridge", n.Bridge(), "range", n.Prefix().String(), "gateway", n.Gateway().String())
+	return n, nil
+}
+
+func newRuntime(ctx context.Context, cfg Config, n *network.Network, log *slog.Logger) (torpor.Runtime, error) {
 	if cfg.Runtime != "runc" {
 		return nil, fmt.Errorf("runtime %q is not available (this build has: runc)", cfg.Runtime)
 	}
@@ -199,16 +221,7 @@ func newRuntime(ctx context.Context, cfg Config, log *slog.Logger) (torpor.Runti
 		InitPath: self,
 		Logger:   log,
 	}
-	if cfg.NetworkBridge != "" {
-		prefix, err := cfg.networkPrefix()
-		if err != nil {
-			return nil, err
-		}
-		n, err := network.New(ctx, network.Config{Bridge: cfg.NetworkBridge, Prefix: prefix, Logger: log})
-		if err != nil {
-			return nil, fmt.Errorf("%w (network_bridge = \"\" runs sandboxes with only a loopback)", err)
-		}
-		log.Info("sandbox network", "bridge", n.Bridge(), "range", n.Prefix().String(), "gateway", n.Gateway().String())
+	if n != nil {
 		rc.Network = n
 	}
 	return runc.New(rc)

@@ -142,22 +142,7 @@ func TestSandboxNetwork(t *testing.T) {
 		t.Fatalf("the host to %s: %q", addrA, got)
 	}
 	// Neither the other sandbox nor a service of the host.
-	ln, err := net.Listen("tcp4", "0.0.0.0:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			io.WriteString(c, "HTTP/1.0 200 OK\r\n\r\nhost\n")
-			c.Close()
-		}
-	}()
-	_, hostPort, _ := net.SplitHostPort(ln.Addr().String())
+	hostPort := networktest.HostService(t)
 	gateway := network.DefaultPrefix.Addr().Next().String()
 	for _, to := range [][2]string{{addrB.String(), "8080"}, {gateway, hostPort}, {"127.0.0.1", hostPort}} {
 		if out, code := fetchFrom(d, a, to[0], to[1]); code == 0 || strings.Contains(out, "200 OK") {

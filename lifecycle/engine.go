@@ -310,7 +310,7 @@ func (e *Engine) Create(ctx context.Context, tenant string, req torpor.CreateReq
 	if err != nil {
 		return nil, err
 	}
-	if _, ok := rt.(torpor.Addresser); req.AllowInternet && !ok {
+	if a, ok := rt.(torpor.Addresser); req.AllowInternet && (!ok || !a.Networked()) {
 		return nil, torpor.Invalid("allow_internet", "sandboxes of the %s runtime have no network to the internet on this server", rt.Kind())
 	}
 	now := e.now()

@@ -18,6 +18,27 @@ import (
 // sandboxLink is the name of the veth end inside a sandbox.
 const sandboxLink = "eth0"
 
+// nsBridge is the bridge inside the namespace of a VM's endpoint, which
+// joins its eth0 and its tap device.
+const nsBridge = "br0"
+
+// GuestMAC is the MAC address of the network card of the VM that holds
+// address a (Endpoint.Tap): locally administered, unique on the host as
+// the address is, and the same across the VM's restarts and restores.
+func GuestMAC(a netip.Addr) net.HardwareAddr {
+	b := a.As4()
+	return net.HardwareAddr{0x02, 0x74, b[0], b[1], b[2], b[3]}
+}
+
+// bridgeMAC is the bridge's own MAC address, set once so that it does
+// not follow its ports: a bridge whose address was never set takes the
+// lowest of its ports', which changes as sandboxes come and go, and a VM
+// restored from a snapshot remembers the gateway's.
+func bridgeMAC(bridge string) net.HardwareAddr {
+	g := linkGroup(bridge)
+	return net.HardwareAddr{0x02, 0x62, byte(g >> 24), byte(g >> 16), byte(g >> 8), byte(g)}
+}
+
 // hostLinkName names the host end of the veth pair of the sandbox with
 // address a: unique on the host as the address is, and at most 15 bytes.
 func hostLinkName(a netip.Addr) string {
@@ -47,6 +68,11 @@ func (n *Network) ensureBridge() error {
 		return fmt.Errorf("network: %s is a %s link, not a bridge", n.bridge, link.Type())
 	}
 	_ = os.WriteFile("/proc/sys/net/ipv6/conf/"+n.bridge+"/disable_ipv6", []byte("1"), 0o644)
+	if mac := bridgeMAC(n.bridge); link.Attrs().HardwareAddr.String() != mac.String() {
+		if err := netlink.LinkSetHardwareAddr(link, mac); err != nil {
+			return fmt.Errorf("network: MAC address of %s: %w", n.bridge, err)
+		}
+	}
 	addrs, err := netlink.AddrList(link, netlink.FAMILY_V4)
 	if err != nil {
 		return fmt.Errorf("network: addresses of %s: %w", n.bridge, err)
@@ -77,8 +103,10 @@ func (n *Network) ensureBridge() error {
 // addVeth makes the veth pair of the sandbox with address addr: the host
 // end an isolated port of the bridge, the other end eth0 in the namespace
 // mounted at nsPath, with the address, lo up, and a default route through
-// the bridge.
-func (n *Network) addVeth(nsPath string, addr netip.Addr) error {
+// the bridge. With a tap name, the namespace's eth0 has no address: it
+// and a tap device of that name are ports of a bridge in the namespace,
+// and the host's port forwards only to the VM's MAC address.
+func (n *Network) addVeth(nsPath string, addr netip.Addr, tap string) error {
 	ns, err := netns.GetFromPath(nsPath)
 	if err != nil {
 		return fmt.Errorf("open %s: %w", nsPath, err)
@@ -114,8 +142,16 @@ func (n *Network) addVeth(nsPath string, addr netip.Addr) error {
 	if err := netlink.LinkSetIsolated(host, true); err != nil {
 		n.log.Warn("network: cannot isolate the bridge port (the bridge rules still drop sandbox-to-sandbox frames)", "link", name, "err", err)
 	}
+	if tap != "" {
+		if err := pinGuestMAC(host, addr); err != nil {
+			return fmt.Errorf("veth %s: %w", name, err)
+		}
+	}
 	if err := netlink.LinkSetUp(host); err != nil {
 		return fmt.Errorf("veth %s up: %w", name, err)
+	}
+	if tap != "" {
+		return n.addTap(nsPath, tap)
 	}
 
 	h, err := netlink.NewHandleAt(ns)
@@ -150,6 +186,127 @@ func (n *Network) addVeth(nsPath string, addr netip.Addr) error {
 		return fmt.Errorf("default route: %w", err)
 	}
 	return nil
+}
+
+// pinGuestMAC makes the host's port of a VM forward to the VM's MAC
+// address only through a static entry, and learn none from it: a VM's
+// root could otherwise claim another sandbox's MAC address and draw the
+// frames the host sends to that sandbox.
+func pinGuestMAC(port netlink.Link, addr netip.Addr) error {
+	if err := netlink.LinkSetLearning(port, false); err != nil {
+		return fmt.Errorf("learning off: %w", err)
+	}
+	err := netlink.NeighSet(&netlink.Neigh{
+		LinkIndex:    port.Attrs().Index,
+		Family:       unix.AF_BRIDGE,
+		State:        netlink.NUD_NOARP,
+		Flags:        netlink.NTF_MASTER,
+		HardwareAddr: GuestMAC(addr),
+	})
+	if err != nil {
+		return fmt.Errorf("static forwarding entry: %w", err)
+	}
+	return nil
+}
+
+// addTap makes the inside of a VM's namespace: lo up, IPv6 off, and its
+// eth0 and a persistent tap device (for the VM's QEMU to open) as the
+// ports of a bridge, none of them with an address.
+func (n *Network) addTap(nsPath, tap string) error {
+	return In(nsPath, func() error {
+		for _, k := range []string{"default", "all"} {
+			_ = os.WriteFile("/proc/sys/net/ipv6/conf/"+k+"/disable_ipv6", []byte("1"), 0o644)
+		}
+		if err := createTap(tap); err != nil {
+			return err
+		}
+		br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: nsBridge, MTU: n.mtu}}
+		if err := netlink.LinkAdd(br); err != nil {
+			return fmt.Errorf("add bridge %s: %w", nsBridge, err)
+		}
+		for _, name := range []string{sandboxLink, tap} {
+			l, err := netlink.LinkByName(name)
+			if err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			if err := netlink.LinkSetMTU(l, n.mtu); err != nil {
+				return fmt.Errorf("%s mtu: %w", name, err)
+			}
+			if err := netlink.LinkSetMaster(l, br); err != nil {
+				return fmt.Errorf("%s on %s: %w", name, nsBridge, err)
+			}
+		}
+		for _, name := range []string{"lo", sandboxLink, tap, nsBridge} {
+			l, err := netlink.LinkByName(name)
+			if err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			if err := netlink.LinkSetUp(l); err != nil {
+				return fmt.Errorf("%s up: %w", name, err)
+			}
+		}
+		return nil
+	})
+}
+
+// createTap makes a persistent tap device in the calling thread's
+// network namespace; QEMU attaches to it by name (-netdev tap,ifname=).
+func createTap(name string) error {
+	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open /dev/net/tun: %w", err)
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq(name)
+	if err != nil {
+		return err
+	}
+	ifr.SetUint16(unix.IFF_TAP | unix.IFF_NO_PI | unix.IFF_VNET_HDR)
+	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
+		return fmt.Errorf("tap %s: %w", name, err)
+	}
+	if err := unix.IoctlSetInt(fd, unix.TUNSETPERSIST, 1); err != nil {
+		return fmt.Errorf("tap %s persist: %w", name, err)
+	}
+	return nil
+}
+
+// In runs fn on an OS thread inside the network namespace at path (a
+// namespace file or /proc/PID/ns/net): sockets fn opens and processes it
+// starts are in that namespace. The thread goes back to the caller's
+// namespace afterwards (or ends, if it cannot).
+func In(path string, fn func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		goruntime.LockOSThread()
+		ns, err := os.Open(path)
+		if err != nil {
+			goruntime.UnlockOSThread()
+			errc <- fmt.Errorf("network: namespace %s: %w", path, err)
+			return
+		}
+		defer ns.Close()
+		home, err := os.Open("/proc/thread-self/ns/net")
+		if err != nil {
+			goruntime.UnlockOSThread()
+			errc <- err
+			return
+		}
+		defer home.Close()
+		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
+			goruntime.UnlockOSThread()
+			errc <- fmt.Errorf("network: enter %s: %w", path, err)
+			return
+		}
+		err = fn()
+		// Left locked when it cannot go home, the thread ends with this
+		// goroutine rather than run others in the sandbox's namespace.
+		if unix.Setns(int(home.Fd()), unix.CLONE_NEWNET) == nil {
+			goruntime.UnlockOSThread()
+		}
+		errc <- err
+	}()
+	return <-errc
 }
 
 // deleteLink deletes a link by name (a veth's peer goes with it); a

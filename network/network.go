@@ -2,7 +2,9 @@
 // bridge. A sandbox's network namespace holds one end of a veth pair
 // (eth0, with an IPv4 address from a configured range and a default route
 // through the bridge); the other end is an isolated port of the bridge,
-// which holds the range's first address.
+// which holds the range's first address. A virtual machine's namespace
+// (Endpoint.Tap) bridges its eth0 to a tap device for the VM's QEMU
+// instead, and the VM's own card takes the address.
 //
 // nftables rules (tables `inet <bridge>` and `bridge <bridge>`) make the
 // policy: the host reaches every sandbox; no sandbox reaches another one,
@@ -73,7 +75,25 @@ type Endpoint struct {
 	NetNS string
 	// Internet lets the sandbox reach addresses beyond the host.
 	Internet bool
+	// Tap, when set, attaches a virtual machine rather than the
+	// namespace itself: the namespace gets a tap device of this name
+	// (for the VM's QEMU, which must run in the namespace) bridged to
+	// its eth0, and no address of its own; the VM's network card, whose
+	// MAC address must be GuestMAC(addr), takes the address, with the
+	// routes a container's eth0 has (a /32, a default route through
+	// Gateway) and an MTU of MTU(). The host's bridge port forwards only
+	// that MAC address to it and learns no other from it (a VM's root
+	// can change its card's address, which a container cannot).
+	Tap string
+	// Addr, when valid, is the address wanted if the endpoint holds no
+	// lease yet (a VM restored from a snapshot after the leases were
+	// lost keeps the address it had in its memory). Attach fails with
+	// ErrAddrTaken when another endpoint holds it, and leases nothing.
+	Addr netip.Addr
 }
+
+// ErrAddrTaken: the address an Endpoint asked for is leased to another.
+var ErrAddrTaken = errors.New("network: the address is leased to another sandbox")
 
 // Network is a bridge, its rules and its leases.
 type Network struct {
@@ -89,7 +109,10 @@ type Network struct {
 	next   netip.Addr            // where the next allocation starts looking
 }
 
-var bridgeNameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,15}$`)
+var (
+	bridgeNameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,15}$`)
+	linkNameRE   = regexp.MustCompile(`^[A-Za-z0-9_-]{1,15}$`)
+)
 
 // New makes (or adopts) the bridge, its address and its rules, and loads
 // the leases, reclaiming those whose namespace's directory has gone.
@@ -167,6 +190,9 @@ func (n *Network) Gateway() netip.Addr { return n.gw }
 // Prefix returns the range of sandbox addresses.
 func (n *Network) Prefix() netip.Prefix { return n.prefix }
 
+// MTU returns the MTU of the sandboxes' links.
+func (n *Network) MTU() int { return n.mtu }
+
 // Addr returns the address leased to the endpoint with namespace path
 // netns.
 func (n *Network) Addr(netns string) (netip.Addr, bool) {
@@ -182,6 +208,12 @@ func (n *Network) Addr(netns string) (netip.Addr, bool) {
 func (n *Network) Attach(ctx context.Context, ep Endpoint) (netip.Addr, error) {
 	if !filepath.IsAbs(ep.NetNS) || filepath.Clean(ep.NetNS) != ep.NetNS {
 		return netip.Addr{}, fmt.Errorf("network: the namespace path must be clean and absolute, got %q", ep.NetNS)
+	}
+	if ep.Tap != "" && (!linkNameRE.MatchString(ep.Tap) || ep.Tap == sandboxLink || ep.Tap == nsBridge || ep.Tap == "lo") {
+		return netip.Addr{}, fmt.Errorf("network: bad tap name %q", ep.Tap)
+	}
+	if ep.Addr.IsValid() && !n.inRange(ep.Addr) {
+		return netip.Addr{}, fmt.Errorf("network: %s is not a sandbox address of %s", ep.Addr, n.prefix)
 	}
 	addr, err := n.acquire(ep)
 	if err != nil {
@@ -208,7 +240,7 @@ func (n *Network) plug(ctx context.Context, ep Endpoint, addr netip.Addr) error 
 	if err := createNetNS(ep.NetNS); err != nil {
 		return fmt.Errorf("network: %w", err)
 	}
-	if err := n.addVeth(ep.NetNS, addr); err != nil {
+	if err := n.addVeth(ep.NetNS, addr, ep.Tap); err != nil {
 		return fmt.Errorf("network: %w", err)
 	}
 	unlock, err := n.lock()
@@ -387,6 +419,9 @@ func (n *Network) acquire(ep Endpoint) (netip.Addr, error) {
 		}
 		return addr, nil
 	}
+	if ep.Addr.IsValid() {
+		return n.take(ep, ep.Addr, body)
+	}
 	first, last := n.hostAddrs()
 	if !n.inRange(start) {
 		start = first
@@ -421,6 +456,30 @@ func (n *Network) acquire(ep Endpoint) (netip.Addr, error) {
 			return netip.Addr{}, fmt.Errorf("network: every address of %s is leased", n.prefix)
 		}
 	}
+}
+
+// take leases the address a to ep (the lock is held), failing with
+// ErrAddrTaken when it is another's.
+func (n *Network) take(ep Endpoint, a netip.Addr, body []byte) (netip.Addr, error) {
+	f, err := os.OpenFile(n.leasePath(a), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		return netip.Addr{}, fmt.Errorf("%w: %s", ErrAddrTaken, a)
+	}
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("network: lease %s: %w", a, err)
+	}
+	_, werr := f.Write(body)
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr != nil {
+		_ = os.Remove(n.leasePath(a))
+		return netip.Addr{}, fmt.Errorf("network: lease %s: %w", a, werr)
+	}
+	n.mu.Lock()
+	n.leases[ep.NetNS] = a
+	n.mu.Unlock()
+	return a, nil
 }
 
 // lastAddr is the last address of p (its broadcast address).

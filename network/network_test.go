@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/torpor-dev/torpor/network/networktest"
 )
@@ -372,4 +373,109 @@ func TestAllocationSkipsLeasedAddresses(t *testing.T) {
 	if _, err := n1.Attach(ctx, Endpoint{NetNS: filepath.Join(t.TempDir(), "netns")}); err == nil || !strings.Contains(err.Error(), "leased") {
 		t.Fatalf("attach to a full range: %v", err)
 	}
+}
+
+// TestTapEndpoint: a VM's endpoint is a namespace whose eth0 and tap
+// device are the ports of a bridge, with no address of their own; the
+// host's port forwards to the VM's MAC address through a static entry
+// and learns none; an endpoint may ask for an address, which it gets
+// unless another holds it; the bridge's MAC address does not follow its
+// ports.
+func TestTapEndpoint(t *testing.T) {
+	n, _ := testNetwork(t)
+	ctx := context.Background()
+	br, err := netlink.LinkByName(n.Bridge())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := br.Attrs().HardwareAddr.String(); got != bridgeMAC(n.Bridge()).String() {
+		t.Fatalf("bridge MAC %s, want %s", got, bridgeMAC(n.Bridge()))
+	}
+	want := n.Prefix().Addr().Next().Next().Next().Next() // .4
+	path, addr := endpointOf(t, n, Endpoint{Tap: "tap0", Addr: want})
+	if addr != want {
+		t.Fatalf("attached at %s, asked for %s", addr, want)
+	}
+
+	err = In(path, func() error {
+		bridge, err := netlink.LinkByName(nsBridge)
+		if err != nil {
+			return err
+		}
+		for _, name := range []string{sandboxLink, "tap0"} {
+			l, err := netlink.LinkByName(name)
+			if err != nil {
+				return err
+			}
+			if l.Attrs().MasterIndex != bridge.Attrs().Index || l.Attrs().MTU != n.MTU() || l.Attrs().Flags&net.FlagUp == 0 {
+				return fmt.Errorf("%s: master %d, mtu %d, flags %s", name, l.Attrs().MasterIndex, l.Attrs().MTU, l.Attrs().Flags)
+			}
+			if addrs, _ := netlink.AddrList(l, netlink.FAMILY_V4); len(addrs) != 0 {
+				return fmt.Errorf("%s has addresses %v", name, addrs)
+			}
+		}
+		if tap, _ := netlink.LinkByName("tap0"); tap.Type() != "tuntap" {
+			return fmt.Errorf("tap0 is a %s", tap.Type())
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	port, err := netlink.LinkByName(hostLinkName(addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pi, err := netlink.LinkGetProtinfo(port); err != nil || pi.Learning {
+		t.Errorf("the VM's port learns MAC addresses (%v)", err)
+	}
+	fdb, err := netlink.NeighList(port.Attrs().Index, unix.AF_BRIDGE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	static := false
+	for _, e := range fdb {
+		static = static || e.HardwareAddr.String() == GuestMAC(addr).String() && e.State&netlink.NUD_NOARP != 0
+	}
+	if !static {
+		t.Errorf("no static forwarding entry for %s in %v", GuestMAC(addr), fdb)
+	}
+
+	// Another endpoint cannot have that address, and leases nothing.
+	other := filepath.Join(t.TempDir(), "netns")
+	if _, err := n.Attach(ctx, Endpoint{NetNS: other, Tap: "tap0", Addr: want}); !errors.Is(err, ErrAddrTaken) {
+		t.Fatalf("attach at a leased address: %v", err)
+	}
+	if _, ok := n.Addr(other); ok {
+		t.Fatal("a refused endpoint holds a lease")
+	}
+	if br, err = netlink.LinkByName(n.Bridge()); err != nil || br.Attrs().HardwareAddr.String() != bridgeMAC(n.Bridge()).String() {
+		t.Errorf("bridge MAC after ports came: %v %v, want %s", br.Attrs().HardwareAddr, err, bridgeMAC(n.Bridge()))
+	}
+
+	// Detach and attach again (a snapshot and its restore): same address.
+	if err := n.Detach(ctx, path); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := n.Attach(ctx, Endpoint{NetNS: path, Tap: "tap0"}); err != nil || got != addr {
+		t.Fatalf("attach again: %s %v, want %s", got, err, addr)
+	}
+}
+
+// endpointOf attaches ep at a namespace under a directory of its own and
+// releases it when the test ends.
+func endpointOf(t *testing.T, n *Network, ep Endpoint) (string, netip.Addr) {
+	t.Helper()
+	ep.NetNS = filepath.Join(t.TempDir(), "netns")
+	addr, err := n.Attach(context.Background(), ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := n.Release(context.Background(), ep.NetNS); err != nil {
+			t.Error(err)
+		}
+	})
+	return ep.NetNS, addr
 }

@@ -9,7 +9,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -161,4 +163,23 @@ func newNetNS(path string) error {
 		return errors.Join(err, os.Remove(path))
 	}
 	return nil
+}
+
+// HostService serves "host\n" over HTTP on every address of the host (a
+// service sandboxes must not reach) until the test ends, and returns its
+// port. It reads each request before it answers, so a client never sees
+// a reset for a request the server did not read.
+func HostService(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp4", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		io.WriteString(w, "host\n")
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	return port
 }

@@ -96,3 +96,6 @@ func (r *Runtime) Address(ctx context.Context, ref torpor.InstanceRef) (netip.Ad
 }
 
 var _ torpor.Addresser = (*Runtime)(nil)
+
+// Networked reports whether sandboxes get the host's sandbox network.
+func (r *Runtime) Networked() bool { return r.net != nil }

@@ -127,22 +127,7 @@ func TestSandboxNetwork(t *testing.T) {
 	}
 
 	// No sandbox reaches another, nor a service of the host.
-	ln, err := net.Listen("tcp4", "0.0.0.0:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			io.WriteString(c, "HTTP/1.0 200 OK\r\n\r\nhost\n")
-			c.Close()
-		}
-	}()
-	hostAddr := net.JoinHostPort(gatewayOf(ncfg), port(ln.Addr()))
+	hostAddr := net.JoinHostPort(gatewayOf(ncfg), networktest.HostService(t))
 	for _, to := range []string{net.JoinHostPort(addrB.String(), "8080"), hostAddr} {
 		if out, code := fetchIn(t, r, a, to); code == 0 || strings.Contains(out, "200 OK") {
 			t.Errorf("sandbox reached %s: %q", to, out)
@@ -161,6 +146,7 @@ func TestSandboxNetwork(t *testing.T) {
 	}
 	spec := torpor.BootSpec{SandboxID: a.SandboxID, Template: torpor.Template{Name: "base", RootFS: base}}
 	httpd(&spec)
+	var err error
 	if a.Handle, err = r.Boot(ctx, spec); err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,9 @@ package vm
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -119,4 +122,68 @@ func ddFloor(b *testing.B, dir string, n int64) (write, read time.Duration) {
 		b.Fatalf("dd: %v: %s", err, out)
 	}
 	return write, time.Since(t1)
+}
+
+// BenchmarkGuestHTTP compares the two ways from the host to a server in
+// a VM on the sandbox network: the runtime's dialer (the agent dials the
+// guest's loopback and relays the bytes over its virtio-serial port,
+// what the proxy and HTTP hooks use) and the VM's address (virtio-net,
+// the tap, the bridge). busybox httpd closes each connection, so every
+// request is a new connection on either way.
+//
+//	go test ./runtime/vm/ -run '^$' -bench GuestHTTP -benchtime 50x
+func BenchmarkGuestHTTP(b *testing.B) {
+	needHost(b)
+	ncfg := testNetwork(b)
+	cfg := testConfig(b)
+	r := newNetRuntime(b, cfg, ncfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	spec := torpor.BootSpec{SandboxID: torpor.NewID("rt_", 12), Template: baseTemplate(b),
+		Resources:  torpor.Resources{VCPUs: 1, MemoryMiB: 256},
+		Setup:      []string{"mkdir -p /www && echo hi > /www/small && dd if=/dev/urandom of=/www/big bs=1M count=1 2>/dev/null"},
+		Entrypoint: []string{"httpd", "-f", "-p", "8080", "-h", "/www"}}
+	h, err := r.Boot(ctx, spec)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ref := torpor.InstanceRef{SandboxID: spec.SandboxID, Handle: h}
+	addr, _ := r.Address(ctx, ref)
+	ways := []struct {
+		name string
+		host string
+		dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	}{
+		{"agent", "127.0.0.1:8080", func(ctx context.Context, network, a string) (net.Conn, error) {
+			return r.DialContext(ctx, ref, network, a)
+		}},
+		{"address", net.JoinHostPort(addr.String(), "8080"), (&net.Dialer{}).DialContext},
+	}
+	for _, file := range []struct {
+		name string
+		size int64
+	}{{"small", 3}, {"big", 1 << 20}} {
+		for _, w := range ways {
+			b.Run(file.name+"/"+w.name, func(b *testing.B) {
+				hc := &http.Client{Timeout: time.Minute, Transport: &http.Transport{DialContext: w.dial, DisableKeepAlives: true}}
+				get := func() {
+					resp, err := hc.Get("http://" + w.host + "/" + file.name)
+					if err != nil {
+						b.Fatal(err)
+					}
+					n, err := io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					if err != nil || n != file.size {
+						b.Fatalf("%d bytes, %v", n, err)
+					}
+				}
+				get() // the server listens
+				b.SetBytes(file.size)
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					get()
+				}
+			})
+		}
+	}
 }

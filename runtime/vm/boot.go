@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"math"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -27,6 +28,9 @@ const cleanupTimeout = 30 * time.Second
 func (r *Runtime) Boot(ctx context.Context, spec torpor.BootSpec) (string, error) {
 	if err := validateBoot(spec); err != nil {
 		return "", err
+	}
+	if spec.AllowInternet && r.net == nil {
+		return "", torpor.Invalid("allow_internet", "this server runs VMs without a sandbox network: they have no way to the internet")
 	}
 	id := spec.SandboxID
 	defer r.locks.Lock(id)()
@@ -57,17 +61,22 @@ func (r *Runtime) Boot(ctx context.Context, spec torpor.BootSpec) (string, error
 
 func (r *Runtime) bootInstance(ctx context.Context, spec torpor.BootSpec) (instance, error) {
 	id := spec.SandboxID
-	if err := r.ensureDisk(ctx, id, spec.Template); err != nil {
+	if err := r.ensureDisk(ctx, id, spec.Template, spec.Resources.DiskMiB); err != nil {
 		return instance{}, err
 	}
 	initrd, err := r.initramfs()
 	if err != nil {
 		return instance{}, err
 	}
-	// spec.AllowInternet is not honoured yet: a VM has no network card
-	// (QEMU's user-mode network would let the guest reach the host's
-	// loopback services); see docs/vm.md.
 	m := r.machineFor(id, spec.Resources, initrd)
+	if r.net != nil {
+		// Not QEMU's user-mode network: it would let the guest reach the
+		// host's loopback services. A tap in a namespace of the
+		// sandbox's own puts it under the sandbox network's rules.
+		if m.Net, err = r.attach(ctx, id, spec.AllowInternet, netip.Addr{}); err != nil {
+			return instance{}, err
+		}
+	}
 	if m.Lazy {
 		if err := makeMemFile(m.MemPath, m.MemoryMiB); err != nil {
 			return instance{}, err

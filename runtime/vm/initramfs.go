@@ -18,9 +18,10 @@ import (
 )
 
 // guestModules are the kernel modules the guest needs (Debian's cloud
-// kernel builds them as modules): the virtio-mmio transport, the disk and
-// the serial ports. Their dependencies are read from the modules.
-var guestModules = []string{"virtio_mmio", "virtio_blk", "virtio_console"}
+// kernel builds them as modules): the virtio-mmio transport, the disk,
+// the serial ports and the network card. Their dependencies are read
+// from the modules.
+var guestModules = []string{"virtio_mmio", "virtio_blk", "virtio_console", "virtio_net"}
 
 // initramfs returns the path of the guest's initramfs: the agent as
 // /init, the modules it loads (in /modules, with /modules/order listing

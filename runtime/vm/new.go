@@ -56,7 +56,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	if _, err := os.Stat(filepath.Join(kernelDir, "vmlinux")); err != nil {
 		return nil, fmt.Errorf("vm: no guest kernel: %w (run scripts/install.sh)", err)
 	}
-	r := &Runtime{dir: dir, agentPath: agentPath, kernelDir: kernelDir, lazy: cfg.LazyMemory, diskMiB: cfg.DiskMiB, log: cfg.Logger}
+	r := &Runtime{dir: dir, agentPath: agentPath, kernelDir: kernelDir, lazy: cfg.LazyMemory, diskMiB: cfg.DiskMiB, net: cfg.Network, log: cfg.Logger}
 	r.ProcessClient = initproc.ProcessClient{Send: r.sendProc, Who: "vm"}
 	if r.log == nil {
 		r.log = slog.Default()

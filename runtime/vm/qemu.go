@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/torpor-dev/torpor"
+	"github.com/torpor-dev/torpor/network"
 )
 
 // Files in a sandbox's (or probe's) directory that QEMU makes.
@@ -47,6 +48,9 @@ type machine struct {
 	Disk        string `json:"disk"`
 	DiskFormat  string `json:"disk_format"`
 	QEMUVersion string `json:"qemu_version"`
+	// Net puts the guest on the sandbox network: a virtio-net card on
+	// the tap in the sandbox's namespace, where QEMU runs.
+	Net *machineNet `json:"net,omitempty"`
 }
 
 // cmdline is the guest kernel's command line.
@@ -55,6 +59,9 @@ func (m machine) cmdline() string {
 		"cryptomgr.notests", "random.trust_cpu=on", "i8042.noaux", "i8042.nomux", "i8042.nopnp"}
 	if m.Accel == AccelTCG && m.TSCkHz > 0 {
 		args = append(args, "tsc_early_khz="+strconv.FormatInt(m.TSCkHz, 10))
+	}
+	if m.Net != nil {
+		args = append(args, m.Net.Guest.Param())
 	}
 	return strings.Join(args, " ")
 }
@@ -90,6 +97,10 @@ func (m machine) args(incoming bool) []string {
 	if m.Lazy {
 		a = append(a, "-object", fmt.Sprintf("memory-backend-file,id=ram,size=%dM,mem-path=%s,share=on", m.MemoryMiB, m.MemPath),
 			"-machine", "memory-backend=ram")
+	}
+	if m.Net != nil {
+		a = append(a, "-netdev", "tap,id=net,ifname="+m.Net.Tap+",script=no,downscript=no",
+			"-device", "virtio-net-device,netdev=net,mac="+m.Net.MAC)
 	}
 	if incoming {
 		a = append(a, "-incoming", "defer")
@@ -130,7 +141,12 @@ func (r *Runtime) startQEMU(ctx context.Context, dir string, m machine, incoming
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// Its own session: QEMU must outlive the daemon and its signals.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Run(); err != nil {
+	run := cmd.Run
+	if m.Net != nil {
+		// QEMU opens its tap in the sandbox's namespace, and stays there.
+		run = func() error { return network.In(m.Net.NetNS, cmd.Run) }
+	}
+	if err := run(); err != nil {
 		return proc{}, fmt.Errorf("start QEMU: %w: %s", err, readTail(filepath.Join(dir, qemuLog), 2048))
 	}
 	b, err := os.ReadFile(filepath.Join(dir, pidFile))

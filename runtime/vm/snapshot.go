@@ -82,6 +82,9 @@ func (r *Runtime) Snapshot(ctx context.Context, ref torpor.InstanceRef) (torpor.
 		return torpor.SnapshotInfo{}, fmt.Errorf("vm: snapshot %s: %w", id, err)
 	}
 	r.endQEMU(ctx, id, *in)
+	// The namespace and its tap go with QEMU; Restore makes them again
+	// for the address the guest keeps.
+	r.detach(ctx, id)
 	if err := r.removeFiles(id, "instance.json", "result.json", qmpSock, agentSock, pidFile); err != nil {
 		return torpor.SnapshotInfo{}, fmt.Errorf("vm: snapshot %s: %w", id, err)
 	}
@@ -298,8 +301,12 @@ func (r *Runtime) Restore(ctx context.Context, ref torpor.InstanceRef) (string, 
 		}
 	}
 	r.removeFiles(id, "result.json")
+	if err := r.reattach(ctx, id, m); err != nil {
+		return "", err
+	}
 	in2, err := r.restore(ctx, id, m)
 	if err != nil {
+		r.detach(ctx, id)
 		var te *torpor.Error
 		if errors.As(err, &te) || ctx.Err() != nil {
 			return "", err

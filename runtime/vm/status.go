@@ -13,6 +13,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/torpor-dev/torpor"
 	"github.com/torpor-dev/torpor/runtime/vm/proto"
 )
@@ -216,7 +218,8 @@ func (r *Runtime) endQEMU(ctx context.Context, id string, in instance) {
 
 // removeInstance ends the sandbox's VM, keeping its disk: a running guest
 // first has its processes ended and its file systems flushed by the
-// agent (a frozen one is thawed for that), then QEMU quits. Each step
+// agent (a frozen one is thawed for that), then QEMU quits and the
+// sandbox leaves the network (its address stays leased). Each step
 // tolerates what is already gone.
 func (r *Runtime) removeInstance(ctx context.Context, id string) error {
 	in, err := r.loadInstance(id)
@@ -248,6 +251,7 @@ func (r *Runtime) removeInstance(ctx context.Context, id string) error {
 		}
 	}
 	r.agents.drop(r.sandboxPath(id, agentSock))
+	r.detach(ctx, id)
 	return r.removeFiles(id, "instance.json", "result.json", qmpSock, agentSock, pidFile)
 }
 
@@ -269,7 +273,8 @@ func (r *Runtime) Stop(ctx context.Context, ref torpor.InstanceRef) error {
 }
 
 // Destroy ends the VM at once and removes everything of the sandbox: its
-// disk, snapshot and records. Destroying a missing sandbox succeeds.
+// disk, snapshot and records, and gives its address back. Destroying a
+// missing sandbox succeeds.
 func (r *Runtime) Destroy(ctx context.Context, ref torpor.InstanceRef) error {
 	id, err := checkRef(ref)
 	if err != nil {
@@ -284,6 +289,14 @@ func (r *Runtime) Destroy(ctx context.Context, ref torpor.InstanceRef) error {
 			return fmt.Errorf("vm: destroy %s: QEMU (pid %d) does not exit", id, in.PID)
 		}
 	}
+	if r.net != nil {
+		if err := r.net.Release(ctx, r.netnsPath(id)); err != nil {
+			return fmt.Errorf("vm: destroy %s: %w", id, err)
+		}
+	}
+	// A namespace left by a runtime that had a network (this one has
+	// none now) would keep the directory busy.
+	_ = unix.Unmount(r.netnsPath(id), unix.MNT_DETACH)
 	if err := os.RemoveAll(r.sandboxDir(id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("vm: destroy %s: %w", id, err)
 	}

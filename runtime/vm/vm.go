@@ -10,7 +10,10 @@
 //	images/<key>.img        read-only ext4 image of a template (shared)
 //	cache/initramfs-*.gz    the guest's initramfs (agent, modules)
 //	sandboxes/<id>/         one sandbox:
-//	    disk.qcow2          its disk: a copy-on-write overlay on the image
+//	    disk.qcow2          its disk: a copy-on-write overlay on the image,
+//	                        of the sandbox's disk_mib
+//	    netns               its network namespace (with a Network, while
+//	                        QEMU runs): eth0 and QEMU's tap on a bridge
 //	    machine.json        how its QEMU is started (kept for Restore)
 //	    instance.json       the running QEMU: pid and start time
 //	    result.json         why its instance stopped by itself
@@ -63,8 +66,8 @@ const (
 	// less gets this much, with its processes held to what it asked by
 	// the guest's memory cgroup.
 	MinGuestMiB = 128
-	// DefaultDiskMiB is the size of the ext4 image a template becomes,
-	// and so of each sandbox's disk.
+	// DefaultDiskMiB is the size of the disk of a sandbox whose
+	// resources say 0.
 	DefaultDiskMiB = 4096
 )
 
@@ -92,8 +95,14 @@ type Config struct {
 	// Without it (eager), a snapshot writes the memory into the state
 	// file and a restore reads it all back.
 	LazyMemory bool
-	// DiskMiB is the size of each sandbox's disk; 0: DefaultDiskMiB.
+	// DiskMiB is the size of the disk of a sandbox whose resources say
+	// 0; 0: DefaultDiskMiB.
 	DiskMiB int64
+	// Network, when set, puts each VM on the host's sandbox network
+	// (package network): an address of its own that the host reaches,
+	// and the internet with allow_internet. Without it a VM has only a
+	// loopback, reached through its agent.
+	Network Network
 	// Logger receives the runtime's diagnostics; default slog.Default().
 	Logger *slog.Logger
 }
@@ -111,6 +120,7 @@ type Runtime struct {
 	qemuImg   string
 	lazy      bool
 	diskMiB   int64
+	net       Network
 	info      Info
 	tscKHz    int64
 	log       *slog.Logger
@@ -139,6 +149,7 @@ var (
 	_ torpor.Runtime     = (*Runtime)(nil)
 	_ torpor.Snapshotter = (*Runtime)(nil)
 	_ torpor.Describer   = (*Runtime)(nil)
+	_ torpor.Addresser   = (*Runtime)(nil)
 )
 
 // Kind returns "vm".

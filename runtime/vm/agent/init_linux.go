@@ -60,6 +60,10 @@ func bootGuest() error {
 	if err := unix.Mount(RootDevice, newRoot, "ext4", 0, ""); err != nil {
 		return fmt.Errorf("mount the sandbox disk: %w", err)
 	}
+	if err := growRoot(newRoot); err != nil {
+		// The sandbox still runs, on a smaller disk: say so on the console.
+		fmt.Fprintf(os.Stderr, "torpor-agent: %v\n", err)
+	}
 	for _, d := range []string{"/dev", "/proc", "/sys"} {
 		if err := os.MkdirAll(newRoot+d, 0o755); err != nil {
 			return err
@@ -98,7 +102,10 @@ func bootGuest() error {
 	_ = os.Symlink("/proc/self/fd", "/dev/fd")
 	_ = os.Symlink("/dev/pts/ptmx", "/dev/ptmx")
 	_ = os.MkdirAll("/tmp", 0o1777)
-	return loopbackUp()
+	if err := loopbackUp(); err != nil {
+		return err
+	}
+	return netUp()
 }
 
 // installSelf copies the agent (whose initramfs file is gone) to a tmpfs
@@ -205,8 +212,8 @@ func removeOnDevice(p string, dev uint64) {
 	_ = unix.Unlink(p)
 }
 
-// loopbackUp brings up lo, the only interface of a sandbox without
-// internet access.
+// loopbackUp brings up lo (a VM off the host's sandbox network has no
+// other interface).
 func loopbackUp() error {
 	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {

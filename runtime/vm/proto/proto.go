@@ -26,6 +26,10 @@ package proto
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/torpor-dev/torpor"
@@ -61,6 +65,53 @@ const (
 	PortName       = "torpor.agent"
 	StatusPortName = "torpor.status"
 )
+
+// NetParam names the guest kernel's command-line parameter that carries
+// the guest's network settings (GuestNet), for a VM on the host's
+// sandbox network. The agent reads it at boot, before it answers the
+// host, so the settings are not part of the frames and a guest restored
+// from a snapshot keeps them.
+const NetParam = "torpor.net"
+
+// GuestNet is the guest's network settings: its eth0 gets Addr as a /32,
+// the MTU, a route to Gateway on the link and the default route through
+// it.
+type GuestNet struct {
+	Addr    netip.Addr `json:"addr"`
+	Gateway netip.Addr `json:"gateway"`
+	MTU     int        `json:"mtu"`
+}
+
+// Param is the kernel command-line parameter of g: torpor.net=ADDR,GATEWAY,MTU.
+func (g GuestNet) Param() string {
+	return fmt.Sprintf("%s=%s,%s,%d", NetParam, g.Addr, g.Gateway, g.MTU)
+}
+
+// ParseGuestNet finds the network settings in a kernel command line;
+// ok is false when there are none.
+func ParseGuestNet(cmdline string) (g GuestNet, ok bool, err error) {
+	for _, f := range strings.Fields(cmdline) {
+		v, found := strings.CutPrefix(f, NetParam+"=")
+		if !found {
+			continue
+		}
+		parts := strings.Split(v, ",")
+		if len(parts) != 3 {
+			return GuestNet{}, false, fmt.Errorf("bad %s %q", NetParam, v)
+		}
+		if g.Addr, err = netip.ParseAddr(parts[0]); err == nil {
+			g.Gateway, err = netip.ParseAddr(parts[1])
+		}
+		if err == nil {
+			g.MTU, err = strconv.Atoi(parts[2])
+		}
+		if err != nil || !g.Addr.Is4() || !g.Gateway.Is4() || g.MTU < 576 || g.MTU > 65535 {
+			return GuestNet{}, false, fmt.Errorf("bad %s %q", NetParam, v)
+		}
+		return g, true, nil
+	}
+	return GuestNet{}, false, nil
+}
 
 // Frame types.
 const (
