@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"strings"
 	"time"
 )
 
@@ -133,6 +134,67 @@ type CPUReporter interface {
 // and the port proxy.
 type Dialer interface {
 	DialContext(ctx context.Context, ref InstanceRef, network, addr string) (net.Conn, error)
+}
+
+// Validate checks what every runtime needs of a boot spec: a valid id, a
+// host name, environment, setup and entrypoint without NUL bytes, and
+// resources that are not negative. A runtime checks its own limits (and
+// the template's files) on top.
+func (s BootSpec) Validate() error {
+	if !ValidID(s.SandboxID) {
+		return Invalid("sandbox_id", "invalid sandbox id %q", s.SandboxID)
+	}
+	if s.Hostname != "" && !validHostname(s.Hostname) {
+		return Invalid("hostname", "invalid host name %q", s.Hostname)
+	}
+	if err := CheckEnv("env", s.Env); err != nil {
+		return err
+	}
+	for _, c := range s.Setup {
+		if strings.ContainsRune(c, 0) {
+			return Invalid("setup", "a setup command holds a NUL byte")
+		}
+	}
+	for i, a := range s.Entrypoint {
+		if strings.ContainsRune(a, 0) || (i == 0 && a == "") {
+			return Invalid("entrypoint", "invalid entrypoint argument %d", i)
+		}
+	}
+	res := s.Resources
+	if res.VCPUs < 0 || res.MemoryMiB < 0 || res.Pids < 0 || res.DiskMiB < 0 {
+		return Invalid("resources", "resources cannot be negative")
+	}
+	if res.MemoryMiB > 0 && res.MemoryMiB < 8 {
+		return Invalid("resources.memory_mib", "a sandbox needs at least 8 MiB of memory")
+	}
+	return nil
+}
+
+// CheckEnv is the runtimes' own check of environment variables (an exec's
+// or a boot's): names without '=' or NUL, values without NUL. The API's
+// stricter rules are ValidateEnv.
+func CheckEnv(param string, env map[string]string) error {
+	for k, v := range env {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+			return Invalid(param, "invalid environment variable %q", k)
+		}
+	}
+	return nil
+}
+
+func validHostname(h string) bool {
+	if len(h) > 63 {
+		return false
+	}
+	for i := 0; i < len(h); i++ {
+		c := h[i]
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+			(c == '-' || c == '.' || c == '_') && i > 0
+		if !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // Snapshotter is an optional Runtime capability: a pause that writes the

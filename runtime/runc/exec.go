@@ -77,7 +77,7 @@ func validateExec(req torpor.ExecRequest) error {
 	if req.Timeout < 0 {
 		return torpor.Invalid("timeout", "the timeout cannot be negative")
 	}
-	return validateEnv("env", req.Env)
+	return torpor.CheckEnv("env", req.Env)
 }
 
 // execStateError refuses exec into an instance that is not running.

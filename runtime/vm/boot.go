@@ -241,63 +241,13 @@ func bootFailure(f *torpor.Failure) error {
 
 // validateBoot refuses bad input before anything touches the disk.
 func validateBoot(spec torpor.BootSpec) error {
-	if !torpor.ValidID(spec.SandboxID) {
-		return torpor.Invalid("sandbox_id", "invalid sandbox id %q", spec.SandboxID)
-	}
-	if err := validateTemplate(spec.Template); err != nil {
+	if err := spec.Validate(); err != nil {
 		return err
 	}
-	if spec.Hostname != "" && !validHostname(spec.Hostname) {
-		return torpor.Invalid("hostname", "invalid host name %q", spec.Hostname)
-	}
-	if err := validateEnv("env", spec.Env); err != nil {
-		return err
-	}
-	for _, s := range spec.Setup {
-		if strings.ContainsRune(s, 0) {
-			return torpor.Invalid("setup", "a setup command holds a NUL byte")
-		}
-	}
-	for i, a := range spec.Entrypoint {
-		if strings.ContainsRune(a, 0) || (i == 0 && a == "") {
-			return torpor.Invalid("entrypoint", "invalid entrypoint argument %d", i)
-		}
-	}
-	res := spec.Resources
-	if res.VCPUs < 0 || res.MemoryMiB < 0 || res.Pids < 0 || res.DiskMiB < 0 {
-		return torpor.Invalid("resources", "resources cannot be negative")
-	}
-	if res.VCPUs > 64 {
+	if spec.Resources.VCPUs > 64 {
 		return torpor.Invalid("resources.vcpus", "a VM has at most 64 vCPUs")
 	}
-	if res.MemoryMiB > 0 && res.MemoryMiB < 8 {
-		return torpor.Invalid("resources.memory_mib", "a sandbox needs at least 8 MiB of memory")
-	}
-	return nil
-}
-
-func validateEnv(param string, env map[string]string) error {
-	for k, v := range env {
-		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
-			return torpor.Invalid(param, "invalid environment variable %q", k)
-		}
-	}
-	return nil
-}
-
-func validHostname(h string) bool {
-	if len(h) > 63 {
-		return false
-	}
-	for i := 0; i < len(h); i++ {
-		c := h[i]
-		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
-			(c == '-' || c == '.' || c == '_') && i > 0
-		if !ok {
-			return false
-		}
-	}
-	return true
+	return validateTemplate(spec.Template)
 }
 
 // removeFiles removes files of the sandbox's directory; missing is fine.

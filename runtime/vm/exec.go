@@ -109,7 +109,7 @@ func validateExec(req torpor.ExecRequest) error {
 	if strings.ContainsRune(req.User, 0) {
 		return torpor.Invalid("user", "the user holds a NUL byte")
 	}
-	return validateEnv("env", req.Env)
+	return torpor.CheckEnv("env", req.Env)
 }
 
 // execStateError refuses exec into an instance that is not running.
