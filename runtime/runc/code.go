@@ -77,9 +77,9 @@ func (r *Runtime) RunCode(ctx context.Context, ref torpor.InstanceRef, req torpo
 	case res.Missing != "":
 		return torpor.CodeResult{}, &torpor.Error{Code: torpor.EInvalid, Param: "language",
 			Message: fmt.Sprintf("%s is not installed in this sandbox; %s needs a template that has it (e.g. `torpor template build python --debian bookworm --packages python3`)",
-				cleanText(res.Missing, 64), req.Language)}
+				initproc.SandboxText(res.Missing, 64), req.Language)}
 	case res.Fail != "":
-		return torpor.CodeResult{}, fmt.Errorf("runc: code server of %s: %s", id, cleanText(res.Fail, 1024))
+		return torpor.CodeResult{}, fmt.Errorf("runc: code server of %s: %s", id, initproc.SandboxText(res.Fail, 1024))
 	}
 	if res.Context != torpor.ContextNew {
 		res.Context = torpor.ContextExisting
@@ -119,7 +119,7 @@ func (r *Runtime) codeConn(ctx context.Context, ref torpor.InstanceRef, id strin
 		return nil, err
 	}
 	if res.ExitCode != 0 {
-		return nil, fmt.Errorf("runc: start the code server of %s: exit status %d: %s", id, res.ExitCode, cleanText(stderr.String()+stdout.String(), 1024))
+		return nil, fmt.Errorf("runc: start the code server of %s: exit status %d: %s", id, res.ExitCode, initproc.SandboxText(stderr.String()+stdout.String(), 1024))
 	}
 	c, err := dialCode(r.runDir(id))
 	if err != nil {

@@ -160,7 +160,7 @@ func execOutcome(ctx, runCtx context.Context, b []byte, runcCode int, waitErr er
 		if param == "" {
 			param = "cmd"
 		}
-		return torpor.ExecResult{}, true, torpor.Invalid(param, "%s", cleanText(out.Error, 1024))
+		return torpor.ExecResult{}, true, torpor.Invalid(param, "%s", initproc.SandboxText(out.Error, 1024))
 	}
 	return torpor.ExecResult{ExitCode: out.ExitCode, TimedOut: out.TimedOut}, true, nil
 }

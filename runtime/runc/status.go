@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/torpor-dev/torpor"
 	"github.com/torpor-dev/torpor/initproc"
@@ -98,38 +97,27 @@ func (r *Runtime) failure(id string) *torpor.Failure {
 	case ok && res.Kind == torpor.FailureEntrypoint:
 		if ooms > 0 && (res.ExitCode != 0 || res.Signal != "") {
 			return &torpor.Failure{Code: torpor.FailureOOM, ExitCode: &code,
-				Message: "the sandbox ran out of memory: " + cleanText(res.Message, 512)}
+				Message: "the sandbox ran out of memory: " + initproc.SandboxText(res.Message, 512)}
 		}
 		return &torpor.Failure{Code: torpor.FailureEntrypoint, Message: withOutput(res.Message, res.Output), ExitCode: &code}
 	case ok && res.Kind == initproc.KindTerminated:
 		// Init itself stands for the entrypoint of an idle sandbox.
-		return &torpor.Failure{Code: torpor.FailureEntrypoint, Message: cleanText(res.Message, 1024), ExitCode: &code}
+		return &torpor.Failure{Code: torpor.FailureEntrypoint, Message: initproc.SandboxText(res.Message, 1024), ExitCode: &code}
 	case ooms > 0:
 		return &torpor.Failure{Code: torpor.FailureOOM, Message: "the sandbox ran out of memory and its init was killed"}
 	case ok:
-		return &torpor.Failure{Code: torpor.FailureRuntime, Message: "init failed: " + cleanText(res.Message, 1024)}
+		return &torpor.Failure{Code: torpor.FailureRuntime, Message: "init failed: " + initproc.SandboxText(res.Message, 1024)}
 	}
 	return &torpor.Failure{Code: torpor.FailureRuntime, Message: "the sandbox's init exited without a report"}
 }
 
 // withOutput appends the tail of a command's output to msg.
 func withOutput(msg, output string) string {
-	msg = cleanText(msg, 1024)
-	if output = cleanText(output, 2048); output != "" {
+	msg = initproc.SandboxText(msg, 1024)
+	if output = initproc.SandboxText(output, 2048); output != "" {
 		msg += "; output:\n" + output
 	}
 	return msg
-}
-
-// cleanText clips text from the sandbox to its last max bytes of valid UTF-8.
-func cleanText(s string, max int) string {
-	if len(s) > max {
-		s = s[len(s)-max:]
-		for len(s) > 0 && !utf8.RuneStart(s[0]) {
-			s = s[1:]
-		}
-	}
-	return strings.ToValidUTF8(s, "\uFFFD")
 }
 
 // Wait blocks until the instance's init exits (or ctx ends) and returns
@@ -161,5 +149,5 @@ func readTail(name string, max int64) string {
 		_, _ = f.Seek(-max, io.SeekEnd)
 	}
 	b, _ := io.ReadAll(io.LimitReader(f, max))
-	return strings.TrimSpace(cleanText(string(b), int(max)))
+	return strings.TrimSpace(initproc.SandboxText(string(b), int(max)))
 }

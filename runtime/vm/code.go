@@ -60,9 +60,9 @@ func (r *Runtime) RunCode(ctx context.Context, ref torpor.InstanceRef, req torpo
 	switch {
 	case res.Missing != "":
 		return torpor.CodeResult{}, &torpor.Error{Code: torpor.EInvalid, Param: "language",
-			Message: fmt.Sprintf("%s is not installed in this sandbox; %s needs a template that has it", cleanText(res.Missing, 64), req.Language)}
+			Message: fmt.Sprintf("%s is not installed in this sandbox; %s needs a template that has it", initproc.SandboxText(res.Missing, 64), req.Language)}
 	case res.Fail != "":
-		return torpor.CodeResult{}, fmt.Errorf("vm: code server of %s: %s", ref.SandboxID, cleanText(res.Fail, 1024))
+		return torpor.CodeResult{}, fmt.Errorf("vm: code server of %s: %s", ref.SandboxID, initproc.SandboxText(res.Fail, 1024))
 	}
 	if res.Context != torpor.ContextNew {
 		res.Context = torpor.ContextExisting
@@ -144,7 +144,7 @@ func (r *Runtime) codeConn(ctx context.Context, ref torpor.InstanceRef, id strin
 		return nil, err
 	}
 	if res.ExitCode != 0 {
-		return nil, fmt.Errorf("vm: start the code server of %s: exit status %d: %s", id, res.ExitCode, cleanText(out.String(), 1024))
+		return nil, fmt.Errorf("vm: start the code server of %s: exit status %d: %s", id, res.ExitCode, initproc.SandboxText(out.String(), 1024))
 	}
 	return r.DialContext(ctx, ref, "unix", codeSocket)
 }

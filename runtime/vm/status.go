@@ -11,11 +11,11 @@ import (
 	"sort"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/torpor-dev/torpor"
+	"github.com/torpor-dev/torpor/initproc"
 	"github.com/torpor-dev/torpor/runtime/vm/proto"
 )
 
@@ -116,7 +116,7 @@ func (r *Runtime) collect(ctx context.Context, id string, in *instance, status s
 			}
 			if res.Kind == torpor.FailureRuntime {
 				if s, err := q.ringbufRead(cctx, "console"); err == nil && strings.TrimSpace(s) != "" {
-					res.Output = cleanText(s, 2048)
+					res.Output = initproc.SandboxText(s, 2048)
 				}
 			}
 			q.close()
@@ -173,29 +173,18 @@ func failureOf(res *proto.Result) *torpor.Failure {
 	case torpor.FailureSetup, torpor.FailureEntrypoint:
 		return &torpor.Failure{Code: res.Kind, Message: withOutput(res.Message, res.Output), ExitCode: &code}
 	case torpor.FailureOOM:
-		return &torpor.Failure{Code: torpor.FailureOOM, Message: cleanText(res.Message, 512), ExitCode: &code}
+		return &torpor.Failure{Code: torpor.FailureOOM, Message: initproc.SandboxText(res.Message, 512), ExitCode: &code}
 	}
 	return &torpor.Failure{Code: torpor.FailureRuntime, Message: withOutput(res.Message, res.Output)}
 }
 
 // withOutput appends the tail of a command's output to msg.
 func withOutput(msg, output string) string {
-	msg = cleanText(msg, 1024)
-	if output = cleanText(output, 2048); output != "" {
+	msg = initproc.SandboxText(msg, 1024)
+	if output = initproc.SandboxText(output, 2048); output != "" {
 		msg += "; output:\n" + output
 	}
 	return msg
-}
-
-// cleanText clips text from the guest to its last max bytes of valid UTF-8.
-func cleanText(s string, max int) string {
-	if len(s) > max {
-		s = s[len(s)-max:]
-		for len(s) > 0 && !utf8.RuneStart(s[0]) {
-			s = s[1:]
-		}
-	}
-	return strings.ToValidUTF8(s, "\uFFFD")
 }
 
 // endQEMU asks QEMU to quit (it flushes the disk's image) and waits for
