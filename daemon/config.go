@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"github.com/BurntSushi/toml"
 	"github.com/spf13/pflag"
@@ -37,9 +38,12 @@ type Config struct {
 	// it off: sandboxes get only a loopback); NetworkCIDR its IPv4 range.
 	NetworkBridge string `toml:"network_bridge"`
 	NetworkCIDR   string `toml:"network_cidr"`
-	Runtime       string `toml:"runtime"`
-	RuncPath      string `toml:"runc_path"`
-	LogLevel      string `toml:"log_level"`
+	// NetworkDNS lists the nameservers of the sandboxes allowed the
+	// internet; empty: the host's (network.ChooseDNS).
+	NetworkDNS stringList `toml:"network_dns"`
+	Runtime    string     `toml:"runtime"`
+	RuncPath   string     `toml:"runc_path"`
+	LogLevel   string     `toml:"log_level"`
 	// Limits on each sandbox, and the defaults a request leaves out.
 	DefaultVCPUs     float64 `toml:"default_vcpus"`
 	DefaultMemoryMiB int64   `toml:"default_memory_mib"`
@@ -96,6 +100,7 @@ func (c *Config) settings() []setting {
 		{"proxy_tcp_ports", "sandbox ports the proxy forwards plain TCP to through HTTP CONNECT, e.g. 5432,8000-8099 (empty: none)", &c.ProxyTCPPorts},
 		{"network_bridge", "host bridge of the sandbox network, made when missing (empty: sandboxes get only a loopback)", &c.NetworkBridge},
 		{"network_cidr", "IPv4 range of sandbox addresses; the bridge gets the first one", &c.NetworkCIDR},
+		{"network_dns", "nameservers (IPv4, comma-separated, at most 3) written to /etc/resolv.conf of sandboxes allowed the internet (empty: the host's)", (*string)(&c.NetworkDNS)},
 		{"runtime", "default sandbox runtime", &c.Runtime},
 		{"runc_path", "path of the runc binary (default: found in PATH)", &c.RuncPath},
 		{"log_level", "debug, info, warn or error", &c.LogLevel},
@@ -301,6 +306,9 @@ func (c Config) validate() error {
 			return err
 		}
 	}
+	if _, err := c.nameservers(); err != nil {
+		return err
+	}
 	if _, err := proxy.ParsePorts(c.ProxyTCPPorts); err != nil {
 		return fmt.Errorf("proxy_tcp_ports: %w", err)
 	}
@@ -344,4 +352,51 @@ func (c Config) networkPrefix() (netip.Prefix, error) {
 		return netip.Prefix{}, fmt.Errorf("network_cidr must be an IPv4 range from /8 to /29 such as %s, got %q", network.DefaultPrefix, c.NetworkCIDR)
 	}
 	return p.Masked(), nil
+}
+
+// nameservers parses network_dns: at most network.MaxNameservers
+// addresses a sandbox can reach, separated by commas or spaces.
+func (c Config) nameservers() ([]netip.Addr, error) {
+	fields := strings.FieldsFunc(string(c.NetworkDNS), func(r rune) bool { return r == ',' || unicode.IsSpace(r) })
+	if len(fields) > network.MaxNameservers {
+		return nil, fmt.Errorf("network_dns lists %d nameservers; a resolver uses at most %d", len(fields), network.MaxNameservers)
+	}
+	var out []netip.Addr
+	for _, f := range fields {
+		a, err := netip.ParseAddr(f)
+		if err != nil {
+			return nil, fmt.Errorf("network_dns: %q is not an IP address", f)
+		}
+		if err := network.CheckNameserver(a); err != nil {
+			return nil, fmt.Errorf("network_dns: %w", err)
+		}
+		out = append(out, a.Unmap())
+	}
+	return out, nil
+}
+
+// stringList is a setting that lists values: a TOML array of strings, or
+// one string of values separated by commas (as in the environment and
+// flags).
+type stringList string
+
+// UnmarshalTOML takes a string or an array of strings.
+func (l *stringList) UnmarshalTOML(v any) error {
+	switch v := v.(type) {
+	case string:
+		*l = stringList(v)
+	case []any:
+		parts := make([]string, len(v))
+		for i, e := range v {
+			s, ok := e.(string)
+			if !ok {
+				return fmt.Errorf("want a list of strings, got %T in it", e)
+			}
+			parts[i] = s
+		}
+		*l = stringList(strings.Join(parts, ","))
+	default:
+		return fmt.Errorf("want a list of strings, got %T", v)
+	}
+	return nil
 }

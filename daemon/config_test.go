@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +15,13 @@ func TestConfigLayers(t *testing.T) {
 	file := filepath.Join(dir, "torpor.toml")
 	if err := os.WriteFile(file, []byte("listen = \"127.0.0.1:1111\"\nlog_level = \"warn\"\nmax_vcpus = 8\n"), 0o600); err != nil {
 		t.Fatal(err)
+	}
+	dnsFile := filepath.Join(dir, "dns.toml")
+	dnsString := filepath.Join(dir, "dns-string.toml")
+	for f, body := range map[string]string{dnsFile: "network_dns = [\"192.0.2.1\", \"192.0.2.2\"]\n", dnsString: "network_dns = \"192.0.2.3\"\n"} {
+		if err := os.WriteFile(f, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
 	cases := []struct {
 		name  string
@@ -34,6 +42,13 @@ func TestConfigLayers(t *testing.T) {
 			func(c Config) bool { return c.Listen == "127.0.0.1:3333" }},
 		{"explicit config file", nil, []string{"--config", file, "--data-dir", "/tmp/x"},
 			func(c Config) bool { return c.Listen == "127.0.0.1:1111" && c.DataDir == "/tmp/x" }},
+		{"nameservers from the environment", map[string]string{"TORPOR_NETWORK_DNS": "1.1.1.1, 9.9.9.9"}, nil,
+			func(c Config) bool { return nameservers(c) == "[1.1.1.1 9.9.9.9]" }},
+		{"nameservers as a TOML array", nil, []string{"--config", dnsFile},
+			func(c Config) bool { return nameservers(c) == "[192.0.2.1 192.0.2.2]" }},
+		{"nameservers as a TOML string", nil, []string{"--config", dnsString},
+			func(c Config) bool { return nameservers(c) == "[192.0.2.3]" }},
+		{"no nameservers: the host's", nil, nil, func(c Config) bool { return nameservers(c) == "[]" }},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -57,6 +72,8 @@ func TestConfigErrors(t *testing.T) {
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.toml")
 	os.WriteFile(bad, []byte("lisen = \"x\"\n"), 0o600)
+	badDNS := filepath.Join(dir, "bad-dns.toml")
+	os.WriteFile(badDNS, []byte("network_dns = [1, 2]\n"), 0o600)
 	cases := []struct {
 		name  string
 		env   map[string]string
@@ -72,6 +89,12 @@ func TestConfigErrors(t *testing.T) {
 		{"bad network range", map[string]string{"TORPOR_NETWORK_CIDR": "fd00::/64"}, nil, "network_cidr"},
 		{"too small a network range", nil, []string{"--network-cidr", "10.9.9.0/30"}, "network_cidr"},
 		{"bad TCP ports", nil, []string{"--proxy-tcp-ports", "22,80-70"}, "proxy_tcp_ports"},
+		{"nameserver not an address", nil, []string{"--network-dns", "1.1.1.1,dns.example"}, "network_dns: \"dns.example\" is not an IP address"},
+		{"loopback nameserver", map[string]string{"TORPOR_NETWORK_DNS": "127.0.0.53"}, nil, "network_dns: 127.0.0.53 is a loopback address"},
+		{"link-local nameserver", nil, []string{"--network-dns", "169.254.169.254"}, "network_dns: 169.254.169.254 is a link-local"},
+		{"IPv6 nameserver", nil, []string{"--network-dns", "2606:4700:4700::1111"}, "network_dns: 2606:4700:4700::1111 is an IPv6 address"},
+		{"too many nameservers", nil, []string{"--network-dns", "1.1.1.1,1.0.0.1,9.9.9.9,8.8.8.8"}, "network_dns lists 4 nameservers"},
+		{"nameservers not strings", nil, []string{"--config", badDNS}, "network_dns"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -86,4 +109,13 @@ func TestConfigErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// nameservers is the parsed network_dns of c, as text.
+func nameservers(c Config) string {
+	a, err := c.nameservers()
+	if err != nil {
+		return err.Error()
+	}
+	return fmt.Sprint(a)
 }

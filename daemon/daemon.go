@@ -79,7 +79,8 @@ func Run(ctx context.Context, cfg Config, opt Options) error {
 	if err != nil {
 		return err
 	}
-	rt, err := newRuntime(ctx, cfg, sandboxNet, log)
+	resolvConf := sandboxResolvConf(cfg, sandboxNet, log)
+	rt, err := newRuntime(ctx, cfg, sandboxNet, resolvConf, log)
 	if err != nil {
 		return err
 	}
@@ -94,7 +95,7 @@ func Run(ctx context.Context, cfg Config, opt Options) error {
 		return err
 	}
 	runtimes := []torpor.Runtime{rt}
-	if vrt := newVMRuntime(ctx, cfg, sandboxNet, log); vrt != nil {
+	if vrt := newVMRuntime(ctx, cfg, sandboxNet, resolvConf, log); vrt != nil {
 		runtimes = append(runtimes, vrt)
 	}
 	gpuLeases, gpuAttach, bindGPU, err := newGPU(cfg, st, opt.Getenv, log)
@@ -207,7 +208,31 @@ func newNetwork(ctx context.Context, cfg Config, log *slog.Logger) (*network.Net
 	return n, nil
 }
 
-func newRuntime(ctx context.Context, cfg Config, n *network.Network, log *slog.Logger) (torpor.Runtime, error) {
+// sandboxResolvConf returns the /etc/resolv.conf that sandboxes allowed
+// the internet get at each boot: network_dns, else the host's
+// nameservers that a sandbox can reach. It is "" (their own file stays)
+// without a sandbox network, or when there are no such nameservers.
+func sandboxResolvConf(cfg Config, n *network.Network, log *slog.Logger) string {
+	if n == nil {
+		return ""
+	}
+	servers, _ := cfg.nameservers() // checked by LoadConfig
+	d := network.ChooseDNS(servers, network.HostResolvConfs...)
+	if len(d.Nameservers) == 0 {
+		log.Warn("no nameserver for sandboxes allowed the internet: the host's resolver files name none they can reach "+
+			"(loopback, link-local and IPv6 addresses are skipped); set network_dns. Their /etc/resolv.conf stays as their template has it",
+			"read", strings.Join(network.HostResolvConfs, ", "))
+		return ""
+	}
+	from := d.Source
+	if from == "" {
+		from = "network_dns"
+	}
+	log.Info("sandbox DNS", "nameservers", fmt.Sprint(d.Nameservers), "from", from)
+	return d.ResolvConf()
+}
+
+func newRuntime(ctx context.Context, cfg Config, n *network.Network, resolvConf string, log *slog.Logger) (torpor.Runtime, error) {
 	if cfg.Runtime != "runc" {
 		return nil, fmt.Errorf("runtime %q is not available (this build has: runc)", cfg.Runtime)
 	}
@@ -223,6 +248,7 @@ func newRuntime(ctx context.Context, cfg Config, n *network.Network, log *slog.L
 	}
 	if n != nil {
 		rc.Network = n
+		rc.ResolvConf = resolvConf
 	}
 	return runc.New(rc)
 }

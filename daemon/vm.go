@@ -13,7 +13,7 @@ import (
 // newVMRuntime returns the microVM runtime when this host can run it
 // (QEMU, the guest kernel and the agent that scripts/install.sh sets up),
 // or nil, saying why, when it cannot: containers work either way.
-func newVMRuntime(ctx context.Context, cfg Config, n *network.Network, log *slog.Logger) torpor.Runtime {
+func newVMRuntime(ctx context.Context, cfg Config, n *network.Network, resolvConf string, log *slog.Logger) torpor.Runtime {
 	if cfg.VMAccel == "off" {
 		return nil
 	}
@@ -27,6 +27,7 @@ func newVMRuntime(ctx context.Context, cfg Config, n *network.Network, log *slog
 	}
 	if n != nil { // a nil *network.Network is no Network
 		vc.Network = n
+		vc.ResolvConf = resolvConf
 	}
 	rt, err := vm.New(ctx, vc)
 	if err != nil {

@@ -202,10 +202,11 @@ func hexAddr(a netip.Addr) string {
 
 // TestAllowInternet: only a sandbox created with allow_internet reaches an
 // address beyond the host (a namespace standing for the internet), and
-// it arrives from the host's address (masqueraded).
+// it arrives from the host's address (masqueraded), and only it has the
+// nameservers of network_dns in its /etc/resolv.conf.
 func TestAllowInternet(t *testing.T) {
 	needs(t)
-	d := startDaemon(t, torporBin(t), t.TempDir())
+	d := startDaemon(t, torporBin(t), t.TempDir(), "TORPOR_NETWORK_DNS=192.0.2.53")
 	out := networktest.NewOutside(t)
 	ln := out.Listen(t)
 	go func() {
@@ -239,6 +240,16 @@ func TestAllowInternet(t *testing.T) {
 	if got, code := fetchFrom(d, open.ID, out.Addr.String(), port); code != 0 || !strings.Contains(got, "from "+out.Host.String()+"\n") {
 		t.Fatalf("a sandbox with allow_internet: %q (exit %d), want it to arrive from %s", got, code, out.Host)
 	}
+	resolvConf := func(id string) string {
+		out, errs, _ := d.cli("exec", id, "--", "cat", "/etc/resolv.conf")
+		return out + errs
+	}
+	if got := resolvConf(open.ID); !strings.Contains(got, "\nnameserver 192.0.2.53\n") {
+		t.Fatalf("/etc/resolv.conf of a sandbox with allow_internet: %q", got)
+	}
+	if got := resolvConf(closed.ID); strings.Contains(got, "nameserver") {
+		t.Fatalf("/etc/resolv.conf of a sandbox without allow_internet: %q", got)
+	}
 	// It stays allowed across hibernation (booted again from the record).
 	if _, err := cl.Hibernate(ctx, open.ID); err != nil {
 		t.Fatal(err)
@@ -248,5 +259,8 @@ func TestAllowInternet(t *testing.T) {
 	}
 	if got, code := fetchFrom(d, open.ID, out.Addr.String(), port); code != 0 || !strings.Contains(got, "200 OK") {
 		t.Fatalf("after hibernation: %q (exit %d)", got, code)
+	}
+	if got := resolvConf(open.ID); !strings.Contains(got, "\nnameserver 192.0.2.53\n") {
+		t.Fatalf("/etc/resolv.conf after hibernation: %q", got)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/torpor-dev/torpor"
+	"github.com/torpor-dev/torpor/files"
 	"github.com/torpor-dev/torpor/initproc"
 	"github.com/torpor-dev/torpor/network"
 )
@@ -94,6 +95,12 @@ func (r *Runtime) start(ctx context.Context, spec torpor.BootSpec) (instance, er
 			return instance{}, err
 		}
 	}
+	if spec.AllowInternet && r.resolvConf != "" {
+		if err := writeResolvConf(r.rootfsDir(id), r.resolvConf); err != nil {
+			// The sandbox still runs, with its template's resolver settings.
+			r.log.Warn("runc: writing the sandbox's /etc/resolv.conf", "sandbox", id, "err", err)
+		}
+	}
 	config := buildSpec(specInput{
 		Boot:      spec,
 		RootFS:    r.rootfsDir(id),
@@ -138,6 +145,21 @@ func (r *Runtime) start(ctx context.Context, spec torpor.BootSpec) (instance, er
 		return instance{}, err
 	}
 	return in, nil
+}
+
+// writeResolvConf writes text to /etc/resolv.conf on the sandbox's disk,
+// mounted at root, as a regular file of mode 0644. Paths are resolved
+// inside root (package files): a symlink the template or the sandbox put
+// there is replaced, never followed out of it.
+func writeResolvConf(root, text string) error {
+	fr, err := files.OpenRoot(root)
+	if err != nil {
+		return err
+	}
+	defer fr.Close()
+	mode := files.Mode(0o644)
+	_, err = fr.Write("/etc/resolv.conf", strings.NewReader(text), files.WriteOptions{Mode: &mode})
+	return err
 }
 
 // awaitReady polls init's run directory until it reports ready or failure,

@@ -259,3 +259,62 @@ func TestRuntimeWithNetwork(t *testing.T) {
 		Network:   true,
 	})
 }
+
+// TestSandboxResolvConf: a sandbox booted with AllowInternet finds the
+// runtime's resolv.conf at /etc/resolv.conf, at every boot, in place of a
+// symlink its template has there (which is replaced, never followed to
+// the host); a sandbox without it keeps its template's file.
+func TestSandboxResolvConf(t *testing.T) {
+	needHost(t)
+	ncfg := testNetwork(t)
+	dir := t.TempDir()
+	base := dir + "/base"
+	if err := buildBase(base); err != nil {
+		t.Fatal(err)
+	}
+	// The template's /etc/resolv.conf points at a host file by an
+	// absolute path (as systemd images point at their stub's file).
+	canary := dir + "/host-resolv.conf"
+	if err := os.WriteFile(canary, []byte("host's\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(canary, base+"/etc/resolv.conf"); err != nil {
+		t.Fatal(err)
+	}
+	const text = "# test\nnameserver 192.0.2.53\nsearch example.test\n"
+	cfg := testConfig(t)
+	cfg.ResolvConf = text
+	r := newNetRuntime(t, cfg, ncfg)
+	ctx := context.Background()
+
+	closed := bootOne(t, r, base, nil)
+	if got := execOut(t, r, closed, "readlink", "/etc/resolv.conf"); got != canary+"\n" {
+		t.Fatalf("without allow_internet, /etc/resolv.conf links to %q, want the template's %q", got, canary)
+	}
+	open := bootOne(t, r, base, func(s *torpor.BootSpec) { s.AllowInternet = true })
+	check := func(when string) {
+		t.Helper()
+		if got := execOut(t, r, open, "sh", "-c", "test ! -L /etc/resolv.conf && cat /etc/resolv.conf"); got != text {
+			t.Fatalf("%s: /etc/resolv.conf is %q, want %q", when, got, text)
+		}
+	}
+	check("first boot")
+	if b, err := os.ReadFile(canary); err != nil || string(b) != "host's\n" {
+		t.Fatalf("the host file the template's symlink names: %q %v", b, err)
+	}
+	if target, err := os.Readlink(base + "/etc/resolv.conf"); err != nil || target != canary {
+		t.Fatalf("the template's own /etc/resolv.conf changed: %q %v", target, err)
+	}
+
+	// The sandbox may change the file; the next boot writes it again.
+	execOut(t, r, open, "sh", "-c", "echo 'nameserver 198.51.100.1' > /etc/resolv.conf")
+	if err := r.Stop(ctx, open); err != nil {
+		t.Fatal(err)
+	}
+	spec := torpor.BootSpec{SandboxID: open.SandboxID, Template: torpor.Template{Name: "base", RootFS: base}, AllowInternet: true}
+	var err error
+	if open.Handle, err = r.Boot(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	check("after a stop and boot")
+}

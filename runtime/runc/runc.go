@@ -65,6 +65,10 @@ type Config struct {
 	// sandbox network (package network); without it a sandbox has only a
 	// loopback, reached by entering its namespace.
 	Network Network
+	// ResolvConf, when set, is written to /etc/resolv.conf on the disk
+	// of each sandbox allowed the internet, at every boot (with a
+	// Network only); the file of any other sandbox stays as it is.
+	ResolvConf string
 }
 
 // Network is what the runtime needs of the host's sandbox network
@@ -92,8 +96,10 @@ type Runtime struct {
 	cg       *cgroups
 	log      *slog.Logger
 	net      Network
-	locks    keyedmutex.Mutex
-	live     liveSet
+	// resolvConf is Config.ResolvConf.
+	resolvConf string
+	locks      keyedmutex.Mutex
+	live       liveSet
 	// codeStarts serialises starting a sandbox's code server.
 	codeStarts keyedmutex.Mutex
 }
@@ -149,6 +155,9 @@ func New(cfg Config) (*Runtime, error) {
 		cg:       cg,
 		log:      cfg.Logger,
 		net:      cfg.Network,
+	}
+	if r.net != nil {
+		r.resolvConf = cfg.ResolvConf
 	}
 	if r.log == nil {
 		r.log = slog.Default()

@@ -107,6 +107,9 @@ func (r *Runtime) bootInstance(ctx context.Context, spec torpor.BootSpec) (insta
 		PidsMax:    spec.Resources.Pids,
 		Now:        time.Now().UTC(),
 	}
+	if spec.AllowInternet {
+		start.ResolvConf = r.resolvConf
+	}
 	if start.PidsMax == 0 {
 		start.PidsMax = defaultPids
 	}

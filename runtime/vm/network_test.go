@@ -90,12 +90,18 @@ func webSpec(tmpl torpor.Template, internet bool) torpor.BootSpec {
 // that the host reaches; VMs reach neither each other nor the host's
 // services, and beyond the host only with AllowInternet (masqueraded);
 // the address outlives a snapshot and its restore by a restarted
-// runtime, and a stop and boot; Destroy gives it back.
+// runtime, and a stop and boot; Destroy gives it back. The VM allowed the
+// internet has the runtime's resolv.conf, in place of the dangling
+// symlink of its template, which the other keeps.
 func TestVMNetwork(t *testing.T) {
 	needHost(t)
 	ncfg := testNetwork(t)
 	cfg := testConfig(t)
+	cfg.ResolvConf = testResolvConf
 	tmpl := baseTemplate(t)
+	if err := os.Symlink(stubResolvConf, filepath.Join(tmpl.RootFS, "etc/resolv.conf")); err != nil {
+		t.Fatal(err)
+	}
 	r := newNetRuntime(t, cfg, ncfg)
 	ctx := testCtx(t)
 
@@ -132,6 +138,17 @@ func TestVMNetwork(t *testing.T) {
 			t.Errorf("the guest's interfaces: %q", out)
 		}
 	})
+
+	resolvConf := func(t *testing.T, r *Runtime) {
+		t.Helper()
+		if got := sh(t, r, open, "test ! -L /etc/resolv.conf && cat /etc/resolv.conf"); got != testResolvConf {
+			t.Errorf("/etc/resolv.conf of the VM allowed the internet: %q, want %q", got, testResolvConf)
+		}
+		if got := sh(t, r, closed, "readlink /etc/resolv.conf"); got != stubResolvConf+"\n" {
+			t.Errorf("/etc/resolv.conf of the VM without the internet links to %q, want the template's %q", got, stubResolvConf)
+		}
+	}
+	t.Run("ResolvConfOnlyWithInternet", func(t *testing.T) { resolvConf(t, r) })
 
 	t.Run("HostReachesGuest", func(t *testing.T) {
 		for _, a := range []netip.Addr{addrC, addrO} {
@@ -207,6 +224,7 @@ func TestVMNetwork(t *testing.T) {
 			t.Fatalf("host to the restored VM: %q %v", body, err)
 		}
 		internet(t, r2)
+		resolvConf(t, r2)
 	})
 
 	t.Run("StopAndBootKeepTheAddress", func(t *testing.T) {
@@ -255,6 +273,13 @@ func TestVMNetwork(t *testing.T) {
 		}
 	})
 }
+
+// What TestVMNetwork's runtime writes to /etc/resolv.conf, and where its
+// template's /etc/resolv.conf points (nowhere: as in a systemd image).
+const (
+	testResolvConf = "# test\nnameserver 192.0.2.53\nsearch example.test\noptions ndots:1\n"
+	stubResolvConf = "/run/systemd/resolve/stub-resolv.conf"
+)
 
 // A VM cannot have the internet on a runtime without a sandbox network.
 func TestVMInternetNeedsNetwork(t *testing.T) {

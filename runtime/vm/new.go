@@ -57,6 +57,9 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		return nil, fmt.Errorf("vm: no guest kernel: %w (run scripts/install.sh)", err)
 	}
 	r := &Runtime{dir: dir, agentPath: agentPath, kernelDir: kernelDir, lazy: cfg.LazyMemory, diskMiB: cfg.DiskMiB, net: cfg.Network, log: cfg.Logger}
+	if r.net != nil {
+		r.resolvConf = cfg.ResolvConf
+	}
 	r.ProcessClient = initproc.ProcessClient{Send: r.sendProc, Who: "vm"}
 	if r.log == nil {
 		r.log = slog.Default()

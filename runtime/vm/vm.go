@@ -103,6 +103,10 @@ type Config struct {
 	// and the internet with allow_internet. Without it a VM has only a
 	// loopback, reached through its agent.
 	Network Network
+	// ResolvConf, when set, is written to /etc/resolv.conf on the disk
+	// of each sandbox allowed the internet, by its agent at every boot
+	// (with a Network only); the file of any other sandbox stays as it is.
+	ResolvConf string
 	// Logger receives the runtime's diagnostics; default slog.Default().
 	Logger *slog.Logger
 }
@@ -121,9 +125,11 @@ type Runtime struct {
 	lazy      bool
 	diskMiB   int64
 	net       Network
-	info      Info
-	tscKHz    int64
-	log       *slog.Logger
+	// resolvConf is Config.ResolvConf.
+	resolvConf string
+	info       Info
+	tscKHz     int64
+	log        *slog.Logger
 
 	locks   keyedmutex.Mutex
 	buildMu sync.Mutex

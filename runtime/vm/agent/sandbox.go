@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/torpor-dev/torpor"
+	"github.com/torpor-dev/torpor/files"
 	"github.com/torpor-dev/torpor/runtime/vm/proto"
 )
 
@@ -127,6 +128,13 @@ func (s *sandbox) start(ctx context.Context, req proto.Start) (*proto.StartResul
 			return nil, fmt.Errorf("hostname: %w", err)
 		}
 	}
+	if req.ResolvConf != "" {
+		if err := writeResolvConf(req.ResolvConf); err != nil {
+			// The sandbox still runs, with its disk's resolver settings:
+			// say why on the console.
+			fmt.Fprintf(os.Stderr, "torpor-agent: /etc/resolv.conf: %v\n", err)
+		}
+	}
 	if req.MemoryMax > 0 {
 		if err := os.WriteFile(sandboxCgroup+"/memory.max", []byte(strconv.FormatInt(req.MemoryMax, 10)), 0o644); err != nil {
 			return nil, fmt.Errorf("memory limit: %w", err)
@@ -156,6 +164,20 @@ func (s *sandbox) start(ctx context.Context, req proto.Start) (*proto.StartResul
 		return &proto.StartResult{Failed: res}, nil
 	}
 	return &proto.StartResult{}, nil
+}
+
+// writeResolvConf writes text to the sandbox's /etc/resolv.conf as a
+// regular file of mode 0644, replacing (not following) a symlink there,
+// as the runc runtime does on its host.
+func writeResolvConf(text string) error {
+	root, err := files.OpenRoot("/")
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	mode := files.Mode(0o644)
+	_, err = root.Write("/etc/resolv.conf", strings.NewReader(text), files.WriteOptions{Mode: &mode})
+	return err
 }
 
 // child is a command started in a cgroup of its own below the sandbox's.

@@ -218,6 +218,10 @@ type Start struct {
 	CPUQuota  float64 `json:"cpu_quota,omitempty"`
 	// Now is the host's clock, to set the guest's.
 	Now time.Time `json:"now"`
+	// ResolvConf, when set, is written to the sandbox's /etc/resolv.conf
+	// (on its disk, before the setup commands run); empty leaves the
+	// file as it is.
+	ResolvConf string `json:"resolv_conf,omitempty"`
 }
 
 // StartResult answers OpStart: Failed is set when a setup command failed
