@@ -151,14 +151,9 @@ func Run(ctx context.Context, cfg Config, opt Options) error {
 			return fmt.Errorf("proxy listen: %w", err)
 		}
 		tcpPorts, _ := proxy.ParsePorts(cfg.ProxyTCPPorts) // checked by LoadConfig
-		ps := &http.Server{Handler: proxy.New(proxy.Config{Engine: eng, Domain: cfg.ProxyDomain, TCPPorts: tcpPorts, Logger: log, Observer: mets}),
-			ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-			// HTTP/1.1, and HTTP/2 without TLS (h2c with prior knowledge).
-			Protocols: new(http.Protocols)}
-		ps.Protocols.SetHTTP1(true)
-		ps.Protocols.SetUnencryptedHTTP2(true)
-		go func() { serveErr <- ps.Serve(pln) }()
-		defer ps.Close()
+		prox := proxy.New(proxy.Config{Engine: eng, Domain: cfg.ProxyDomain, TCPPorts: tcpPorts, Logger: log, Observer: mets})
+		go func() { serveErr <- prox.Serve(pln) }()
+		defer prox.Close()
 		log.Info("proxy listening", "addr", pln.Addr().String(), "domain", cfg.ProxyDomain)
 	}
 	log.Info("listening", "addr", ln.Addr().String(), "data_dir", cfg.DataDir, "runtime", rt.Kind())

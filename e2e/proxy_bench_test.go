@@ -27,8 +27,10 @@ import (
 // takes than a request to a running one.
 //
 // Needs wrk (and nginx for its row): scripts/bench-proxy.sh installs them.
-// TORPOR_BENCH_SECONDS and TORPOR_BENCH_CONNS set wrk's duration and
-// connections (default 10 s, 32).
+// The three take turns for TORPOR_BENCH_ROUNDS rounds (default 5) of
+// TORPOR_BENCH_SECONDS each (default 4) with TORPOR_BENCH_CONNS
+// connections (default 32); medians are reported, and the ratios to
+// direct and to nginx are medians of ratios taken within a round.
 func BenchmarkProxy(b *testing.B) {
 	needsB(b)
 	if _, err := exec.LookPath("wrk"); err != nil {
@@ -43,7 +45,8 @@ func BenchmarkProxy(b *testing.B) {
 	}
 	startServer(b, d, sb.ID, ":8080")
 	addr := sandboxAddr(b, d, sb.ID)
-	secs, conns := envInt("TORPOR_BENCH_SECONDS", 10), envInt("TORPOR_BENCH_CONNS", 32)
+	secs, conns := envInt("TORPOR_BENCH_SECONDS", 4), envInt("TORPOR_BENCH_CONNS", 32)
+	rounds := envInt("TORPOR_BENCH_ROUNDS", 5)
 
 	type target struct {
 		name, url, host string
@@ -55,8 +58,13 @@ func BenchmarkProxy(b *testing.B) {
 	if nginxAddr, ok := startNginx(b, addr.String()+":8080"); ok {
 		targets = append(targets, target{"nginx", "http://" + nginxAddr + "/", ""})
 	}
-	for _, tg := range targets {
-		b.Run(tg.name, func(b *testing.B) {
+	// The targets take turns, round after round, so that what else the
+	// machine does meanwhile weighs on each alike; each ratio is taken
+	// within a round, and the medians are reported.
+	type result struct{ rps, p50, p99 float64 }
+	results := map[string][]result{}
+	for round := 0; round < rounds; round++ {
+		for _, tg := range targets {
 			args := []string{"-t", "2", "-c", strconv.Itoa(conns), "-d", strconv.Itoa(secs) + "s", "--latency"}
 			if tg.host != "" {
 				args = append(args, "-H", "Host: "+tg.host)
@@ -70,10 +78,30 @@ func BenchmarkProxy(b *testing.B) {
 			if rps == 0 || errs != "" {
 				b.Fatalf("wrk %s:\n%s", strings.Join(args, " "), out)
 			}
-			b.ReportMetric(rps, "req/s")
-			b.ReportMetric(p50, "p50-ms")
-			b.ReportMetric(p99, "p99-ms")
-			b.Logf("wrk %s: %.0f req/s, p50 %.3f ms, p99 %.3f ms", strings.Join(args, " "), rps, p50, p99)
+			b.Logf("round %d: wrk %s: %.0f req/s, p50 %.3f ms, p99 %.3f ms", round+1, strings.Join(args, " "), rps, p50, p99)
+			results[tg.name] = append(results[tg.name], result{rps, p50, p99})
+		}
+	}
+	median := func(f func(i int) float64) float64 {
+		v := make([]float64, rounds)
+		for i := range v {
+			v[i] = f(i)
+		}
+		sort.Float64s(v)
+		return v[rounds/2]
+	}
+	for _, tg := range targets {
+		b.Run(tg.name, func(b *testing.B) {
+			r := results[tg.name]
+			b.ReportMetric(median(func(i int) float64 { return r[i].rps }), "req/s")
+			b.ReportMetric(median(func(i int) float64 { return r[i].p50 }), "p50-ms")
+			b.ReportMetric(median(func(i int) float64 { return r[i].p99 }), "p99-ms")
+			if tg.name != "direct" {
+				b.ReportMetric(median(func(i int) float64 { return r[i].rps / results["direct"][i].rps }), "x-direct")
+			}
+			if n := results["nginx"]; tg.name == "proxy" && n != nil {
+				b.ReportMetric(median(func(i int) float64 { return r[i].rps / n[i].rps }), "x-nginx")
+			}
 		})
 	}
 

@@ -26,6 +26,7 @@ type Metrics struct {
 	storeWrite  prometheus.Histogram
 	usageRows   prometheus.Counter
 	proxyReqs   *prometheus.CounterVec
+	proxyOK     prometheus.Counter // proxyReqs{result="ok"}, the common case
 	proxyWakes  *prometheus.CounterVec
 	proxyWake   prometheus.Histogram
 	requests    *prometheus.CounterVec
@@ -65,6 +66,7 @@ func New(src Source) *Metrics {
 	m.proxyReqs = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "torpor_proxy_requests_total", Help: "Requests through the port proxy by result (ok, tunnel, or the error code).",
 	}, []string{"result"})
+	m.proxyOK = m.proxyReqs.WithLabelValues("ok")
 	m.proxyWakes = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "torpor_proxy_wakeups_total", Help: "Proxy requests that had to wake their sandbox, by result.",
 	}, []string{"result"})
@@ -117,7 +119,13 @@ func (m *Metrics) StoreWrite(took time.Duration) { m.storeWrite.Observe(took.Sec
 func (m *Metrics) UsageRows(n int) { m.usageRows.Add(float64(n)) }
 
 // ProxyRequest implements proxy.Observer.
-func (m *Metrics) ProxyRequest(result string) { m.proxyReqs.WithLabelValues(result).Inc() }
+func (m *Metrics) ProxyRequest(result string) {
+	if result == "ok" {
+		m.proxyOK.Inc()
+		return
+	}
+	m.proxyReqs.WithLabelValues(result).Inc()
+}
 
 // ProxyWake implements proxy.Observer.
 func (m *Metrics) ProxyWake(took time.Duration, ok bool) {

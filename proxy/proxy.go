@@ -13,6 +13,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -79,14 +80,16 @@ type nopObserver struct{}
 func (nopObserver) ProxyRequest(string)           {}
 func (nopObserver) ProxyWake(time.Duration, bool) {}
 
-// Proxy is an http.Handler.
+// Proxy serves the proxy's listener (Serve); it is also an http.Handler.
 type Proxy struct {
 	eng    Engine
 	domain string
-	hold   time.Duration
-	tcp    Ports
-	log    *slog.Logger
-	obs    Observer
+	// dotDomain is "." + domain.
+	dotDomain string
+	hold      time.Duration
+	tcp       Ports
+	log       *slog.Logger
+	obs       Observer
 	// The transports are shared by every request, so connections to a
 	// sandbox's port are kept alive and reused; their dialer reads the
 	// target from the request's context. h2 speaks cleartext HTTP/2, to
@@ -95,7 +98,20 @@ type Proxy struct {
 	rp, rpH2      *httputil.ReverseProxy
 	pool          upPool
 	cache         cache
+
+	// Serving (serve.go).
+	mu            sync.Mutex
+	closed        bool
+	listeners     []net.Listener
+	conns         map[net.Conn]struct{}
+	fallback      *http.Server
+	handoff       *connQueue
+	startFallback sync.Once
 }
+
+// poolKey names a sandbox's port among pooled connections:
+// <port>.<sandbox id>.torpor.
+func poolKey(id string, port int) string { return strconv.Itoa(port) + "." + id + ".torpor" }
 
 // upstream is what the shared transport needs to dial a sandbox.
 type upstreamKey struct{}
@@ -112,6 +128,7 @@ func New(cfg Config) *Proxy {
 	if p.domain == "" {
 		p.domain = "localhost"
 	}
+	p.dotDomain = "." + p.domain
 	if p.hold <= 0 {
 		p.hold = 30 * time.Second
 	}
@@ -140,6 +157,7 @@ func New(cfg Config) *Proxy {
 	p.h2.Protocols.SetUnencryptedHTTP2(true)
 	p.rp = p.reverseProxy(p.transport)
 	p.rpH2 = p.reverseProxy(p.h2)
+	p.fallback, p.handoff = p.newFallback(), newConnQueue()
 	return p
 }
 
@@ -202,19 +220,25 @@ type target struct {
 // route reads the target from the headers or the host name; a CONNECT
 // may also name `<sandbox id>:<port>`.
 func (p *Proxy) route(r *http.Request) (target, error) {
-	if id := r.Header.Get(HeaderSandboxID); id != "" {
-		port, err := strconv.Atoi(r.Header.Get(HeaderSandboxPort))
+	return p.routeTo(r.Header.Get(HeaderSandboxID), r.Header.Get(HeaderSandboxPort), r.Host, r.Method == http.MethodConnect)
+}
+
+// routeTo reads the target from the X-Sandbox-Id and X-Sandbox-Port
+// headers (id, port) or else from the host name.
+func (p *Proxy) routeTo(id, port, host string, connect bool) (target, error) {
+	if id != "" {
+		port, err := strconv.Atoi(port)
 		if err != nil || port < 1 || port > 65535 {
 			return target{}, torpor.Invalid(HeaderSandboxPort, "give the port inside the sandbox (1-65535)")
 		}
 		return target{id: id, port: port}, nil
 	}
-	host, hostPort := strings.ToLower(r.Host), ""
+	host, hostPort := strings.ToLower(host), ""
 	if h, port, err := net.SplitHostPort(host); err == nil {
 		host, hostPort = h, port
 	}
-	label, ok := strings.CutSuffix(host, "."+p.domain)
-	if !ok && r.Method == http.MethodConnect {
+	label, ok := strings.CutSuffix(host, p.dotDomain)
+	if !ok && connect {
 		port, err := strconv.Atoi(hostPort)
 		if err != nil || port < 1 || port > 65535 || strings.Contains(host, ".") || host == "" {
 			return target{}, torpor.Invalid("Host", "CONNECT to <sandbox id>:<port> or <port>-<sandbox id>.%s:<any port>", p.domain)
@@ -222,11 +246,16 @@ func (p *Proxy) route(r *http.Request) (target, error) {
 		return target{id: host, port: port}, nil
 	}
 	portStr, id, ok2 := strings.Cut(label, "-")
-	port, err := strconv.Atoi(portStr)
-	if !ok || !ok2 || err != nil || port < 1 || port > 65535 || strings.Contains(id, ".") {
+	n, err := strconv.Atoi(portStr)
+	if !ok || !ok2 || err != nil || n < 1 || n > 65535 || strings.Contains(id, ".") {
 		return target{}, torpor.Invalid("Host", "address a sandbox as <port>-<sandbox id>.%s, or with the %s and %s headers", p.domain, HeaderSandboxID, HeaderSandboxPort)
 	}
-	return target{id: id, port: port}, nil
+	return target{id: id, port: n}, nil
+}
+
+// tokenOK tells whether token opens the sandbox's port.
+func tokenOK(sb *torpor.Sandbox, port int, token string) bool {
+	return sb.PortPublic(port) || (token != "" && subtle.ConstantTimeCompare([]byte(token), []byte(sb.TrafficToken)) == 1)
 }
 
 // ServeHTTP proxies one request.
@@ -277,12 +306,13 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) error {
 			token = r.URL.Query().Get(QueryToken)
 		}
 		switch {
+		case tokenOK(sb, t.port, token):
 		case token == "":
 			if connect {
 				return torpor.Errorf(torpor.EUnauthenticated, "port %d of this sandbox is private: send its traffic token in %s or as the password of Proxy-Authorization", t.port, HeaderToken)
 			}
 			return torpor.Errorf(torpor.EUnauthenticated, "port %d of this sandbox is private: send its traffic token in %s or ?%s=", t.port, HeaderToken, QueryToken)
-		case subtle.ConstantTimeCompare([]byte(token), []byte(sb.TrafficToken)) != 1:
+		default:
 			return torpor.Errorf(torpor.EForbidden, "wrong traffic token")
 		}
 	}
@@ -332,16 +362,12 @@ func (p *Proxy) awaitPort(ctx context.Context, sb *torpor.Sandbox, port int) err
 	}
 }
 
-// forward proxies the request to the sandbox's port: a plain HTTP/1.1
-// request on the fast path (fast.go); one that came in over HTTP/2 over
-// cleartext HTTP/2 when the sandbox's server speaks it; anything else
-// (upgrades, chunked uploads) through httputil.ReverseProxy.
+// forward proxies a request that net/http serves (the proxy's own loop,
+// h1.go, takes the plain HTTP/1.1 ones) to the sandbox's port: over
+// cleartext HTTP/2 when it came in over HTTP/2 and the sandbox's server
+// speaks it, else over HTTP/1.1, both through httputil.ReverseProxy.
 func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, sb *torpor.Sandbox, port int) {
-	up := upstream{sb: sb, port: port, host: strconv.Itoa(port) + "." + sb.ID + ".torpor"}
-	if fastPathOK(r) {
-		p.forwardFast(w, r, up)
-		return
-	}
+	up := upstream{sb: sb, port: port, host: poolKey(sb.ID, port)}
 	ctx := context.WithValue(r.Context(), upstreamKey{}, up)
 	if r.ProtoMajor == 2 && p.speaksH2C(ctx, sb, port) {
 		p.rpH2.ServeHTTP(w, r.WithContext(ctx))
@@ -440,6 +466,23 @@ func (p *Proxy) writeError(w http.ResponseWriter, err error) {
 // writeErrorStatus is writeError with the status given (0: from the
 // error table).
 func (p *Proxy) writeErrorStatus(w http.ResponseWriter, err error, status int) {
+	a := p.errorAnswer(err, status)
+	if a.retryAfter != "" {
+		w.Header().Set("Retry-After", a.retryAfter)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(a.status)
+	io.WriteString(w, a.body)
+}
+
+// answer is an error response: its status, Retry-After (or "") and body.
+type answer struct {
+	status     int
+	retryAfter string
+	body       string
+}
+
+func (p *Proxy) errorAnswer(err error, status int) answer {
 	e := torpor.AsError(err)
 	if status == 0 {
 		status = wire.Status(e.Code)
@@ -450,11 +493,10 @@ func (p *Proxy) writeErrorStatus(w http.ResponseWriter, err error, status int) {
 	if e.Code == torpor.EInternal {
 		p.log.Error("proxy", "err", err)
 	}
+	a := answer{status: status, body: fmt.Sprintf(`{"error":{"code":%q,"message":%q,"reason":%q,"state":%q}}`+"\n", e.Code, e.Message, e.Reason, e.State)}
 	if e.RetryAfter > 0 || status == http.StatusServiceUnavailable {
 		secs := int((e.RetryAfter + time.Second - 1) / time.Second)
-		w.Header().Set("Retry-After", strconv.Itoa(max(secs, 1)))
+		a.retryAfter = strconv.Itoa(max(secs, 1))
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	fmt.Fprintf(w, `{"error":{"code":%q,"message":%q,"reason":%q,"state":%q}}`+"\n", e.Code, e.Message, e.Reason, e.State)
+	return a
 }

@@ -26,14 +26,23 @@ import (
 type fixture struct {
 	eng       *lifecycle.Engine
 	host      *fake.Host
-	proxy     *httptest.Server
+	proxy     proxyAddr
 	backend   *httptest.Server
 	h2backend *httptest.Server
 	hits      atomic.Int32
 	release   chan struct{} // lets /stream write its second piece
+	// raw: what port 8083 answers to a request for a path, as bytes on
+	// the wire; the connection is closed after an answer whose value
+	// in rawClose is true.
+	rawMu    sync.Mutex
+	raw      map[string]string
+	rawClose map[string]bool
 }
 
 var ctx = context.Background()
+
+// proxyAddr is where the fixture's proxy listens.
+type proxyAddr struct{ URL, Addr string }
 
 // newFixture: a real engine over the fake runtime, whose sandboxes' port
 // 8080 is an httptest server (a websocket-like echo on /ws).
@@ -103,6 +112,7 @@ func newFixture(t testing.TB) *fixture {
 		"127.0.0.1:8080": f.backend.Listener.Addr().String(),
 		"127.0.0.1:8081": f.h2backend.Listener.Addr().String(),
 		"127.0.0.1:8082": echo.Addr().String(),
+		"127.0.0.1:8083": f.rawServer(t),
 	}
 	f.host.DialFunc = func(ctx context.Context, id, network, addr string) (net.Conn, error) {
 		to, ok := ports[addr]
@@ -122,13 +132,56 @@ func newFixture(t testing.TB) *fixture {
 		t.Fatal(err)
 	}
 	tcp, _ := proxy.ParsePorts("8082,9000-9010")
-	f.proxy = httptest.NewUnstartedServer(proxy.New(proxy.Config{Engine: f.eng, Domain: "sb.test", HoldLimit: 2 * time.Second, TCPPorts: tcp}))
-	f.proxy.Config.Protocols = new(http.Protocols)
-	f.proxy.Config.Protocols.SetHTTP1(true)
-	f.proxy.Config.Protocols.SetUnencryptedHTTP2(true)
-	f.proxy.Start()
-	t.Cleanup(f.proxy.Close)
+	prox := proxy.New(proxy.Config{Engine: f.eng, Domain: "sb.test", HoldLimit: 2 * time.Second, TCPPorts: tcp})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go prox.Serve(ln)
+	t.Cleanup(func() { prox.Close() })
+	f.proxy = proxyAddr{URL: "http://" + ln.Addr().String(), Addr: ln.Addr().String()}
 	return f
+}
+
+// rawServer answers each request with the bytes f.raw names for its
+// path (a 404 when none).
+func (f *fixture) rawServer(t testing.TB) string {
+	f.raw, f.rawClose = map[string]string{}, map[string]bool{}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					io.Copy(io.Discard, req.Body)
+					f.rawMu.Lock()
+					answer, ok := f.raw[req.URL.Path]
+					closeAfter := f.rawClose[req.URL.Path]
+					f.rawMu.Unlock()
+					if !ok {
+						answer = "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"
+					}
+					if _, err := io.WriteString(c, answer); err != nil || closeAfter {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
 }
 
 func (f *fixture) create(t testing.TB, req torpor.CreateRequest) *torpor.Sandbox {
@@ -265,7 +318,7 @@ func TestUpgradedConnectionsPassThroughAndCountAsActivity(t *testing.T) {
 	f := newFixture(t)
 	sb := f.create(t, torpor.CreateRequest{Ports: []torpor.PortSpec{{Port: 8080, Public: true}}})
 	before := sb.LastActivityAt
-	conn, err := net.Dial("tcp", f.proxy.Listener.Addr().String())
+	conn, err := net.Dial("tcp", f.proxy.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -326,7 +379,7 @@ func TestH2CPassesThrough(t *testing.T) {
 // the connection (the tunnel when the answer is 200).
 func (f *fixture) connect(t *testing.T, target string, hdr ...string) (*http.Response, net.Conn, *bufio.Reader) {
 	t.Helper()
-	conn, err := net.Dial("tcp", f.proxy.Listener.Addr().String())
+	conn, err := net.Dial("tcp", f.proxy.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}
