@@ -4,8 +4,9 @@
 # (its address on the sandbox network), through torpor's proxy, and through
 # nginx as a reverse proxy, in one run; and measures waking a paused
 # sandbox. Needs root (runc). Extra arguments go to `go test`, e.g. -count 2.
-# TORPOR_BENCH_SECONDS and TORPOR_BENCH_CONNS set wrk's duration and
-# connections (default 10 s and 32).
+# The three take turns for TORPOR_BENCH_ROUNDS rounds (default 5) of
+# TORPOR_BENCH_SECONDS each (default 4) with TORPOR_BENCH_CONNS connections
+# (default 32).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 source "$ROOT/scripts/lib.sh"

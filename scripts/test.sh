@@ -27,7 +27,7 @@ go vet ./...
 echo "==> go test"
 # The lifecycle, store, API and GPU lease packages run with the race detector; the
 # runtime and end-to-end packages drive real containers and run without it.
-race=(./ ./lifecycle/... ./store/... ./api/... ./client/... ./gpu/...)
+race=(./ ./lifecycle/... ./store/... ./api/... ./client/... ./gpu/... ./proxy/...)
 go test -count=1 -race "${race[@]}"
 # Everything else, one package at a time (they start real sandboxes).
 rest=$(go list ./... | grep -v -x -F "$(go list "${race[@]}")")
@@ -36,3 +36,5 @@ echo "==> fuzzing the create body for 20s"
 go test -run '^$' -fuzz FuzzCreateBody -fuzztime 20s ./api/
 echo "==> fuzzing confined file paths for 20s"
 go test -run '^$' -fuzz FuzzPaths -fuzztime 20s ./files/
+echo "==> fuzzing the proxy's request heads against net/http for 20s"
+go test -run '^$' -fuzz FuzzRequestHead -fuzztime 20s ./proxy/
