@@ -3,7 +3,10 @@
 // idle key costs nothing.
 package keyedmutex
 
-import "sync"
+import (
+	"context"
+	"sync"
+)
 
 // Mutex is a set of mutexes by key. The zero value is ready to use.
 type Mutex struct {
@@ -12,33 +15,47 @@ type Mutex struct {
 }
 
 type entry struct {
-	mu   sync.Mutex
+	held chan struct{} // holds a value while the key is locked
 	refs int
 }
 
 // Lock locks key and returns the function that unlocks it. Entries are
 // dropped when no one holds or waits for them.
 func (k *Mutex) Lock(key string) (unlock func()) {
+	unlock, _ = k.LockContext(context.Background(), key)
+	return unlock
+}
+
+// LockContext is Lock that gives up when ctx ends first, with its error.
+func (k *Mutex) LockContext(ctx context.Context, key string) (unlock func(), err error) {
 	k.mu.Lock()
 	if k.m == nil {
 		k.m = map[string]*entry{}
 	}
 	e := k.m[key]
 	if e == nil {
-		e = &entry{}
+		e = &entry{held: make(chan struct{}, 1)}
 		k.m[key] = e
 	}
 	e.refs++
 	k.mu.Unlock()
-	e.mu.Lock()
-	return func() {
-		e.mu.Unlock()
+	release := func() {
 		k.mu.Lock()
 		if e.refs--; e.refs == 0 {
 			delete(k.m, key)
 		}
 		k.mu.Unlock()
 	}
+	select {
+	case e.held <- struct{}{}:
+	case <-ctx.Done():
+		release()
+		return nil, ctx.Err()
+	}
+	return func() {
+		<-e.held
+		release()
+	}, nil
 }
 
 // Len returns how many keys are held or waited for.

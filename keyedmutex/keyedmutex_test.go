@@ -1,6 +1,7 @@
 package keyedmutex
 
 import (
+	"context"
 	"sync"
 	"testing"
 	"time"
@@ -38,5 +39,31 @@ func TestSameKeyTakesTurnsOtherKeysDoNot(t *testing.T) {
 	}
 	if k.Len() != 0 {
 		t.Fatalf("%d keys kept after every unlock", k.Len())
+	}
+}
+
+// TestLockContextGivesUp: a caller that stops waiting leaves the key to
+// the others, and nothing behind.
+func TestLockContextGivesUp(t *testing.T) {
+	var k Mutex
+	unlock := k.Lock("a")
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error)
+	go func() {
+		_, err := k.LockContext(ctx, "a")
+		errc <- err
+	}()
+	cancel()
+	if err := <-errc; err != context.Canceled {
+		t.Fatalf("LockContext on a held key after cancel: %v", err)
+	}
+	unlock()
+	u, err := k.LockContext(context.Background(), "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u()
+	if k.Len() != 0 {
+		t.Fatalf("%d keys kept", k.Len())
 	}
 }

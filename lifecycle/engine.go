@@ -444,7 +444,8 @@ func (e *Engine) write(ctx context.Context, sb *torpor.Sandbox, rows []torpor.Us
 }
 
 // EventsChanged returns a channel that is closed when new events are
-// stored, for streams that follow the event log.
+// stored or a sandbox changes state, for streams that follow the event
+// log and for what keeps a sandbox's record until it changes.
 func (e *Engine) EventsChanged() <-chan struct{} {
 	e.evMu.Lock()
 	defer e.evMu.Unlock()
@@ -539,7 +540,8 @@ func (e *Engine) recordFailure(ctx context.Context, sb *torpor.Sandbox, f *torpo
 
 // setState moves sb to state and stores it with events.
 func (e *Engine) setState(ctx context.Context, sb *torpor.Sandbox, s torpor.State, events ...torpor.Event) error {
-	if sb.State != s {
+	changed := sb.State != s
+	if changed {
 		sb.State = s
 		sb.StateSince = e.now()
 		// The events of a transition carry the instant it happened, which
@@ -548,7 +550,16 @@ func (e *Engine) setState(ctx context.Context, sb *torpor.Sandbox, s torpor.Stat
 			events[i].Time = sb.StateSince
 		}
 	}
-	return e.save(ctx, sb, events...)
+	if err := e.save(ctx, sb, events...); err != nil {
+		return err
+	}
+	if changed && len(events) == 0 {
+		// A transition without an event of its own (pausing, resuming,
+		// starting) still tells the followers (the proxy keeps what it
+		// knows of a running sandbox until then).
+		e.announce()
+	}
+	return nil
 }
 
 func (e *Engine) event(sb *torpor.Sandbox, typ string, kv ...string) torpor.Event {

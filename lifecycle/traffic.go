@@ -31,7 +31,11 @@ func (e *Engine) Lookup(ctx context.Context, id string) (*torpor.Sandbox, error)
 // hibernated one is resumed when its policy has auto_resume (concurrent
 // callers share one resume). It counts as activity.
 func (e *Engine) WakeForTraffic(ctx context.Context, id string) (*torpor.Sandbox, error) {
-	unlock := e.locks.Lock(id)
+	// A pause under way holds the sandbox: wait for it, within ctx.
+	unlock, err := e.locks.LockContext(ctx, id)
+	if err != nil {
+		return nil, err
+	}
 	defer unlock()
 	sb, err := e.store.GetSandbox(ctx, id)
 	if err != nil {

@@ -34,8 +34,8 @@ type Engine interface {
 	WakeForTraffic(ctx context.Context, id string) (*torpor.Sandbox, error)
 	DialSandbox(ctx context.Context, sb *torpor.Sandbox, port int) (net.Conn, error)
 	NoteTraffic(id string)
-	// EventsChanged returns a channel closed at the next stored event
-	// (every state change and every change of ports has one): the proxy
+	// EventsChanged returns a channel closed at the next stored event or
+	// change of state (every change of ports has an event): the proxy
 	// keeps what Lookup said about a running sandbox until then.
 	EventsChanged() <-chan struct{}
 }

@@ -560,3 +560,73 @@ func TestStaleUpstreamConnections(t *testing.T) {
 		}
 	}
 }
+
+// TestRequestDuringAPause: a request that arrives while its sandbox is
+// being paused waits for the pause and wakes it again; when the pause
+// takes longer than the proxy's hold limit, the answer is 503 with
+// Retry-After at the limit, not a wait for as long as the pause takes.
+func TestRequestDuringAPause(t *testing.T) {
+	f := newFixture(t)
+	sb := f.create(t, torpor.CreateRequest{Ports: []torpor.PortSpec{{Port: 8080, Public: true}}})
+	host := "8080-" + sb.ID + ".sb.test"
+	for _, tc := range []struct {
+		name       string
+		slow       bool // the pause outlasts the hold limit (2 s)
+		wantStatus int
+	}{
+		{"the pause ends within the hold limit", false, 200},
+		{"the pause outlasts the hold limit", true, 503},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got, _ := f.eng.Lookup(ctx, sb.ID); got.State != torpor.StateRunning {
+				t.Fatalf("sandbox %s before the pause", got.State)
+			}
+			freezing, release := make(chan struct{}), make(chan struct{})
+			f.host.FreezeHook = func(context.Context, string) error {
+				close(freezing)
+				<-release
+				return nil
+			}
+			defer func() { f.host.FreezeHook = nil }()
+			paused := make(chan error, 1)
+			go func() { _, err := f.eng.Pause(ctx, "acme", sb.ID, ""); paused <- err }()
+			<-freezing
+			type result struct {
+				status int
+				retry  string
+			}
+			answer := make(chan result, 1)
+			go func() {
+				req, _ := http.NewRequest("GET", f.proxy.URL+"/", nil)
+				req.Host = host
+				resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+				if err != nil {
+					answer <- result{status: -1, retry: err.Error()}
+					return
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				answer <- result{resp.StatusCode, resp.Header.Get("Retry-After")}
+			}()
+			var got result
+			if tc.slow {
+				got = <-answer // while the pause still holds the sandbox
+				close(release)
+			} else {
+				time.Sleep(50 * time.Millisecond) // let the request wait
+				close(release)
+				got = <-answer
+			}
+			if err := <-paused; err != nil {
+				t.Fatal(err)
+			}
+			if got.status != tc.wantStatus || (tc.wantStatus == 503 && got.retry == "") {
+				t.Fatalf("got %d (Retry-After %q), want %d", got.status, got.retry, tc.wantStatus)
+			}
+			// Either way the next request finds the sandbox running again.
+			if status, _ := f.get(t, host, "/", nil); status != 200 {
+				t.Fatalf("next request: %d", status)
+			}
+		})
+	}
+}

@@ -27,6 +27,9 @@ type Host struct {
 	DialFunc func(ctx context.Context, id, network, addr string) (net.Conn, error)
 	// BootHook, when set, runs at the start of every Boot.
 	BootHook func(ctx context.Context, spec torpor.BootSpec) error
+	// FreezeHook, when set, runs at the start of every Freeze (a slow
+	// pause, for instance).
+	FreezeHook func(ctx context.Context, id string) error
 	// FilesDir, when set, holds each sandbox's root filesystem as a
 	// directory FilesDir/<id> (see RootFS).
 	FilesDir string
@@ -268,6 +271,11 @@ func (r *Runtime) live(id string) (*instance, error) {
 
 // Freeze marks the instance frozen.
 func (r *Runtime) Freeze(ctx context.Context, ref torpor.InstanceRef) error {
+	if hook := r.h.FreezeHook; hook != nil {
+		if err := hook(ctx, ref.SandboxID); err != nil {
+			return err
+		}
+	}
 	return r.setFrozen(ref.SandboxID, "freeze", torpor.InstanceFrozen)
 }
 
