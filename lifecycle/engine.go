@@ -92,6 +92,8 @@ type Engine struct {
 
 	trafficMu sync.Mutex
 	traffic   map[string]time.Time
+	// inflight counts proxied requests under way, by sandbox.
+	inflight map[string]int
 
 	obs      Observer
 	statesMu sync.Mutex
@@ -137,6 +139,7 @@ func New(cfg Config) (*Engine, error) {
 		evCh:        make(chan struct{}),
 		obs:         cfg.Observer,
 		traffic:     map[string]time.Time{},
+		inflight:    map[string]int{},
 		states:      map[string]torpor.State{},
 		cpuActivity: cfg.CPUActivity,
 		cpuSamples:  map[string]cpuSample{},

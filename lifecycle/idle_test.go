@@ -389,3 +389,59 @@ func TestRecordActivity(t *testing.T) {
 		t.Fatalf("traffic to a paused sandbox: %v %s", err, e.get(sb.ID).State)
 	}
 }
+
+// TestSweepLosesToARequestWaitingForItsAnswer: a proxied request under way
+// (its answer not begun) keeps its sandbox from an idle pause; once it
+// ended, the idle clock starts from its end.
+func TestSweepLosesToARequestWaitingForItsAnswer(t *testing.T) {
+	e := newEnv(t)
+	sb := e.create(torpor.CreateRequest{PolicyRequest: torpor.PolicyRequest{LifecyclePolicy: policy(torpor.LifecyclePolicy{PauseAfterIdleSeconds: torpor.Seconds(60)})}})
+	e.eng.RequestStarted(sb.ID)
+	e.clock.Advance(10 * time.Minute)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		if at, ok := e.eng.NextDeadline(sb.ID); ok && at.After(e.clock.Now()) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the sweep did not reschedule")
+		}
+	}
+	if got := e.get(sb.ID); got.State != torpor.StateRunning {
+		t.Fatalf("paused under a request waiting for its answer: %s", got.State)
+	}
+	e.eng.RequestEnded(sb.ID)
+	e.clock.Advance(time.Minute)
+	if got := settle(e, sb.ID, torpor.StatePaused); got.State != torpor.StatePaused {
+		t.Fatalf("not paused a minute after the request's answer began: %s", got.State)
+	}
+}
+
+// TestARequestAsThePauseBeginsStopsIt: a request admitted after the idle
+// engine looked for traffic but before the sandbox was marked pausing
+// (here: while its pause hook runs) keeps it running; it is not frozen
+// under the request.
+func TestARequestAsThePauseBeginsStopsIt(t *testing.T) {
+	e := newEnv(t)
+	var id string
+	e.host.ExecFunc = func(ctx context.Context, sid string, req torpor.ExecRequest) (torpor.ExecResult, error) {
+		e.eng.RequestStarted(id) // the proxy admits a request now
+		return torpor.ExecResult{}, nil
+	}
+	sb := e.create(torpor.CreateRequest{
+		PolicyRequest: torpor.PolicyRequest{LifecyclePolicy: policy(torpor.LifecyclePolicy{PauseAfterIdleSeconds: torpor.Seconds(60)})},
+		Hooks:         []torpor.Hook{{Type: torpor.HookScript, On: torpor.HookOnPause, Path: "/bin/flush", Wait: true}}})
+	id = sb.ID
+	e.clock.Advance(2 * time.Minute)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		if at, ok := e.eng.NextDeadline(sb.ID); ok && at.After(e.clock.Now()) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the sweep did not end")
+		}
+	}
+	if got := e.get(sb.ID); got.State != torpor.StateRunning || e.host.State(sb.ID) != torpor.InstanceRunning {
+		t.Fatalf("after a request came as the pause began: %s, instance %s", got.State, e.host.State(sb.ID))
+	}
+	e.eng.RequestEnded(sb.ID)
+}

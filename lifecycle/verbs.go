@@ -86,8 +86,14 @@ func (e *Engine) pause(ctx context.Context, sb *torpor.Sandbox, mode torpor.Paus
 		e.runHooks(ctx, sb, torpor.HookOnPause)
 	}
 	sb.PauseMode = mode
+	wasRunning := sb.State == torpor.StateRunning
 	if err := e.setState(ctx, sb, torpor.StatePausing); err != nil {
 		return err
+	}
+	if wasRunning {
+		if stay, err := e.stayForTraffic(ctx, sb, cause); stay || err != nil {
+			return err
+		}
 	}
 	e.fail("pausing.before-runtime")
 	if err := e.stopInstance(ctx, rt, sb, mode); err != nil {
@@ -309,10 +315,16 @@ func (e *Engine) hibernate(ctx context.Context, sb *torpor.Sandbox, cause string
 			e.observe("hibernate", cause, start)
 		}
 	}()
-	e.unwatch(sb.ID)
+	wasRunning := sb.State == torpor.StateRunning
 	if err := e.setState(ctx, sb, torpor.StateHibernating); err != nil {
 		return err
 	}
+	if wasRunning {
+		if stay, err := e.stayForTraffic(ctx, sb, cause); stay || err != nil {
+			return err
+		}
+	}
+	e.unwatch(sb.ID)
 	e.fail("hibernating.before-runtime")
 	e.gpuRelease(ctx, sb)
 	if err := rt.Stop(ctx, ref(sb)); err != nil {
@@ -619,8 +631,9 @@ func (e *Engine) sweep(ctx context.Context, id string) {
 		}
 		return
 	}
-	if sb.State == torpor.StateRunning && e.isBusy(id) {
-		// An operation is in flight: it is activity. Look again later.
+	if sb.State == torpor.StateRunning && (e.isBusy(id) || e.requestsUnderWay(id)) {
+		// An operation, or a proxied request waiting for its answer, is
+		// in flight: it is activity. Look again later.
 		e.sched.set(id, now.Add(sb.Policy().IdleAfter))
 		return
 	}

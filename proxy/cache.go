@@ -44,20 +44,21 @@ func closed(ch <-chan struct{}) bool {
 }
 
 // lookup returns the sandbox, from the cache when nothing happened since
-// the engine said it was running.
-func (p *Proxy) lookup(ctx context.Context, id string) (*torpor.Sandbox, error) {
+// the engine said it was running, and the channel that closes when
+// something does (see fresh).
+func (p *Proxy) lookup(ctx context.Context, id string) (*torpor.Sandbox, <-chan struct{}, error) {
 	c := &p.cache
 	c.mu.Lock()
 	e, ok := c.sbs[id]
 	c.mu.Unlock()
 	if ok && !closed(e.gen) {
-		return e.sb, nil
+		return e.sb, e.gen, nil
 	}
 	// Read the generation first: an event after it closes it.
 	gen := p.eng.EventsChanged()
 	sb, err := p.eng.Lookup(ctx, id)
 	if err != nil || sb.State != torpor.StateRunning {
-		return sb, err
+		return sb, gen, err
 	}
 	c.mu.Lock()
 	if c.sbs == nil || len(c.sbs) >= maxCached {
@@ -65,7 +66,22 @@ func (p *Proxy) lookup(ctx context.Context, id string) (*torpor.Sandbox, error) 
 	}
 	c.sbs[id] = cached{sb: sb, gen: gen}
 	c.mu.Unlock()
-	return sb, nil
+	return sb, gen, nil
+}
+
+// admit counts a request to a running sandbox as under way
+// (RequestStarted) when what the proxy knows of it still holds; false
+// (nothing counted) when the sandbox changed since gen: then look again.
+// Counting first and checking after is what keeps a request from
+// reaching a sandbox that an idle pause is freezing (see
+// lifecycle.Engine.RequestStarted).
+func (p *Proxy) admit(id string, gen <-chan struct{}) bool {
+	p.eng.RequestStarted(id)
+	if closed(gen) {
+		p.eng.RequestEnded(id)
+		return false
+	}
+	return true
 }
 
 // sweep drops stale entries (all of them when the cache stays full).

@@ -60,6 +60,17 @@ type h1conn struct {
 	scratch []byte
 	// deadline is the client connection's read deadline (zero: none).
 	deadline time.Time
+	// underWay is the sandbox whose request is under way until its
+	// answer begins (see underWay in proxy.go); "" when none.
+	underWay string
+}
+
+// answerBegins ends the count of the request under way, if any.
+func (h *h1conn) answerBegins() {
+	if h.underWay != "" {
+		h.p.eng.RequestEnded(h.underWay)
+		h.underWay = ""
+	}
 }
 
 func (p *Proxy) serveConn(c net.Conn) {
@@ -107,11 +118,14 @@ func (h *h1conn) loop() bool {
 		if err != nil {
 			return true
 		}
-		sb, err := h.p.lookup(context.Background(), t.id)
-		if err != nil || sb.State != torpor.StateRunning || !tokenOK(sb, t.port, string(rq.token)) {
+		sb, gen, err := h.p.lookup(context.Background(), t.id)
+		if err != nil || sb.State != torpor.StateRunning || !tokenOK(sb, t.port, string(rq.token)) || !h.p.admit(sb.ID, gen) {
 			return true
 		}
-		switch h.forward(&rq, sb, t.port) {
+		h.underWay = sb.ID
+		out := h.forward(&rq, sb, t.port)
+		h.answerBegins()
+		switch out {
 		case handOver:
 			return true
 		case closeConn:
@@ -367,8 +381,6 @@ func (h *h1conn) forward(rq *request, sb *torpor.Sandbox, port int) outcome {
 			return handOver // net/http's path dials again and answers why not
 		}
 	}
-	p.eng.NoteTraffic(sb.ID)
-	defer p.eng.NoteTraffic(sb.ID)
 	var body []byte
 	if buffered {
 		// The whole request fits the buffer: it stays there until the
@@ -417,6 +429,7 @@ func (h *h1conn) forward(rq *request, sb *torpor.Sandbox, port int) outcome {
 		return h.answerError(rq, &torpor.Error{Code: torpor.EUnavailable, RetryAfter: time.Second,
 			Message: "port " + strconv.Itoa(port) + " of the sandbox did not answer"})
 	}
+	h.answerBegins()
 	if buffered {
 		h.br.Discard(int(total))
 	}

@@ -34,6 +34,10 @@ type Engine interface {
 	WakeForTraffic(ctx context.Context, id string) (*torpor.Sandbox, error)
 	DialSandbox(ctx context.Context, sb *torpor.Sandbox, port int) (net.Conn, error)
 	NoteTraffic(id string)
+	// RequestStarted and RequestEnded bracket a request forwarded to a
+	// running sandbox (see admit).
+	RequestStarted(id string)
+	RequestEnded(id string)
 	// EventsChanged returns a channel closed at the next stored event or
 	// change of state (every change of ports has an event): the proxy
 	// keeps what Lookup said about a running sandbox until then.
@@ -120,7 +124,21 @@ type upstream struct {
 	sb   *torpor.Sandbox
 	port int
 	host string // <port>.<sandbox id>.torpor
+	req  *underWay
 }
+
+// underWay is a request counted as under way (RequestStarted) until its
+// answer begins, or it fails: end says so once. A sandbox is not paused
+// for idleness under a request that waits for its answer; once the answer
+// begins, its bytes count as traffic while they flow, and a silent stream
+// or upgraded connection stops counting after connection_idle_seconds.
+type underWay struct {
+	eng  Engine
+	id   string
+	once sync.Once
+}
+
+func (u *underWay) end() { u.once.Do(func() { u.eng.RequestEnded(u.id) }) }
 
 // New returns a proxy.
 func New(cfg Config) *Proxy {
@@ -187,6 +205,11 @@ func (p *Proxy) reverseProxy(t http.RoundTripper) *httputil.ReverseProxy {
 			}
 			pr.Out.Header.Del(HeaderToken)
 			pr.SetXForwarded()
+		},
+		ModifyResponse: func(resp *http.Response) error {
+			// The answer begins.
+			resp.Request.Context().Value(upstreamKey{}).(upstream).req.end()
+			return nil
 		},
 		Transport: t,
 		// 0: a body of unknown length (a stream, a long poll) or of
@@ -290,31 +313,21 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) error {
 	if connect && !p.tcp.Contains(t.port) {
 		return torpor.Errorf(torpor.EForbidden, "this proxy does not forward plain TCP to port %d (proxy_tcp_ports: %q)", t.port, p.tcp.String())
 	}
-	sb, err := p.lookup(r.Context(), t.id)
-	if err != nil {
-		return err
-	}
-	// Check access before anything can wake the sandbox.
-	if !sb.PortPublic(t.port) {
-		token := r.Header.Get(HeaderToken)
-		if token == "" && connect {
-			if _, pw, ok := parseProxyAuth(r.Header.Get("Proxy-Authorization")); ok {
-				token = pw
-			}
+	var sb *torpor.Sandbox
+	for {
+		s, gen, err := p.lookup(r.Context(), t.id)
+		if err != nil {
+			return err
 		}
-		if token == "" && strings.Contains(r.URL.RawQuery, QueryToken) {
-			token = r.URL.Query().Get(QueryToken)
+		// Check access before anything can wake the sandbox.
+		if err := authorize(r, s, t.port, connect); err != nil {
+			return err
 		}
-		switch {
-		case tokenOK(sb, t.port, token):
-		case token == "":
-			if connect {
-				return torpor.Errorf(torpor.EUnauthenticated, "port %d of this sandbox is private: send its traffic token in %s or as the password of Proxy-Authorization", t.port, HeaderToken)
-			}
-			return torpor.Errorf(torpor.EUnauthenticated, "port %d of this sandbox is private: send its traffic token in %s or ?%s=", t.port, HeaderToken, QueryToken)
-		default:
-			return torpor.Errorf(torpor.EForbidden, "wrong traffic token")
+		if s.State != torpor.StateRunning || p.admit(s.ID, gen) {
+			sb = s
+			break
 		}
+		// It changed as the request came: look again.
 	}
 	if sb.State == torpor.StateTerminated {
 		return torpor.Errorf(torpor.EGone, "sandbox %s is terminated", sb.ID)
@@ -323,7 +336,7 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) error {
 		ctx, cancel := context.WithTimeout(r.Context(), p.hold)
 		defer cancel()
 		start := time.Now()
-		sb, err = p.eng.WakeForTraffic(ctx, t.id)
+		woken, err := p.eng.WakeForTraffic(ctx, t.id)
 		p.obs.ProxyWake(time.Since(start), err == nil)
 		if err != nil {
 			if ctx.Err() != nil && r.Context().Err() == nil {
@@ -331,18 +344,56 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) error {
 			}
 			return err
 		}
+		sb = woken
+		p.eng.RequestStarted(sb.ID)
+		req := &underWay{eng: p.eng, id: sb.ID}
+		defer req.end()
 		// A sandbox that booted again serves once its entrypoint listens.
 		if err := p.awaitPort(ctx, sb, t.port); err != nil {
 			return err
 		}
+		return p.pass(w, r, sb, t.port, req)
 	}
-	p.eng.NoteTraffic(sb.ID)
-	defer p.eng.NoteTraffic(sb.ID)
-	if connect {
-		return p.tunnel(w, r, sb, t.port)
+	req := &underWay{eng: p.eng, id: sb.ID}
+	defer req.end()
+	return p.pass(w, r, sb, t.port, req)
+}
+
+// pass sends the request on to the sandbox's port: a tunnel for CONNECT.
+func (p *Proxy) pass(w http.ResponseWriter, r *http.Request, sb *torpor.Sandbox, port int, req *underWay) error {
+	if r.Method == http.MethodConnect {
+		return p.tunnel(w, r, sb, port, req)
 	}
-	p.forward(w, r, sb, t.port)
+	p.forward(w, r, sb, port, req)
 	return nil
+}
+
+// authorize checks that the request may open the sandbox's port: a
+// public port, or the sandbox's traffic token (header, query, or for
+// CONNECT the password of Proxy-Authorization).
+func authorize(r *http.Request, sb *torpor.Sandbox, port int, connect bool) error {
+	if sb.PortPublic(port) {
+		return nil
+	}
+	token := r.Header.Get(HeaderToken)
+	if token == "" && connect {
+		if _, pw, ok := parseProxyAuth(r.Header.Get("Proxy-Authorization")); ok {
+			token = pw
+		}
+	}
+	if token == "" && strings.Contains(r.URL.RawQuery, QueryToken) {
+		token = r.URL.Query().Get(QueryToken)
+	}
+	switch {
+	case tokenOK(sb, port, token):
+		return nil
+	case token == "" && connect:
+		return torpor.Errorf(torpor.EUnauthenticated, "port %d of this sandbox is private: send its traffic token in %s or as the password of Proxy-Authorization", port, HeaderToken)
+	case token == "":
+		return torpor.Errorf(torpor.EUnauthenticated, "port %d of this sandbox is private: send its traffic token in %s or ?%s=", port, HeaderToken, QueryToken)
+	default:
+		return torpor.Errorf(torpor.EForbidden, "wrong traffic token")
+	}
 }
 
 // awaitPort waits until the port accepts, within ctx.
@@ -366,8 +417,8 @@ func (p *Proxy) awaitPort(ctx context.Context, sb *torpor.Sandbox, port int) err
 // h1.go, takes the plain HTTP/1.1 ones) to the sandbox's port: over
 // cleartext HTTP/2 when it came in over HTTP/2 and the sandbox's server
 // speaks it, else over HTTP/1.1, both through httputil.ReverseProxy.
-func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, sb *torpor.Sandbox, port int) {
-	up := upstream{sb: sb, port: port, host: poolKey(sb.ID, port)}
+func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, sb *torpor.Sandbox, port int, req *underWay) {
+	up := upstream{sb: sb, port: port, host: poolKey(sb.ID, port), req: req}
 	ctx := context.WithValue(r.Context(), upstreamKey{}, up)
 	if r.ProtoMajor == 2 && p.speaksH2C(ctx, sb, port) {
 		p.rpH2.ServeHTTP(w, r.WithContext(ctx))

@@ -31,6 +31,7 @@ type fixture struct {
 	h2backend *httptest.Server
 	hits      atomic.Int32
 	release   chan struct{} // lets /stream write its second piece
+	answer    chan struct{} // lets /slow answer
 	// raw: what port 8083 answers to a request for a path, as bytes on
 	// the wire; the connection is closed after an answer whose value
 	// in rawClose is true.
@@ -53,7 +54,7 @@ func newFixture(t testing.TB) *fixture {
 	}
 	t.Cleanup(func() { st.Close() })
 	st.PutTemplate(ctx, torpor.Template{Name: "base", RootFS: "/x", CreatedAt: time.Now()})
-	f := &fixture{host: fake.NewHost(), release: make(chan struct{})}
+	f := &fixture{host: fake.NewHost(), release: make(chan struct{}), answer: make(chan struct{})}
 	f.backend = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		f.hits.Add(1)
 		if r.URL.Path == "/ws" {
@@ -68,6 +69,10 @@ func newFixture(t testing.TB) *fixture {
 		case "/echo":
 			body, _ := io.ReadAll(r.Body)
 			fmt.Fprintf(w, "%s %s xff=%q secret=%q custom=%q", r.Method, body, r.Header.Get("X-Forwarded-For"), r.Header.Get("X-Secret"), r.Header.Get("X-Custom"))
+			return
+		case "/slow":
+			<-f.answer
+			io.WriteString(w, "at last")
 			return
 		case "/stream":
 			// A body of unknown length: its first piece must reach the
@@ -626,6 +631,51 @@ func TestRequestDuringAPause(t *testing.T) {
 			// Either way the next request finds the sandbox running again.
 			if status, _ := f.get(t, host, "/", nil); status != 200 {
 				t.Fatalf("next request: %d", status)
+			}
+		})
+	}
+}
+
+// TestARequestWaitingForItsAnswerKeepsItsSandboxAwake: a sandbox is not
+// paused for idleness under a request whose answer has not begun, however
+// long its server thinks; once answered, it pauses when idle again.
+func TestARequestWaitingForItsAnswerKeepsItsSandboxAwake(t *testing.T) {
+	f := newFixture(t)
+	sb := f.create(t, torpor.CreateRequest{Ports: []torpor.PortSpec{{Port: 8080, Public: true}},
+		PolicyRequest: torpor.PolicyRequest{LifecyclePolicy: &torpor.LifecyclePolicy{PauseAfterIdleSeconds: torpor.Seconds(1)}}})
+	host := "8080-" + sb.ID + ".sb.test"
+	for _, through := range []string{"the HTTP/1.1 loop", "net/http"} {
+		t.Run(through, func(t *testing.T) {
+			answered := make(chan string, 1)
+			go func() {
+				path := "/slow"
+				if through == "net/http" {
+					path += "?torpor_token=x" // the query token: net/http's path
+				}
+				_, body := f.get(t, host, path, nil)
+				answered <- body
+			}()
+			time.Sleep(3 * time.Second) // three idle timeouts
+			if got, _ := f.eng.Lookup(ctx, sb.ID); got.State != torpor.StateRunning {
+				t.Fatalf("%s under a request waiting for its answer", got.State)
+			}
+			f.answer <- struct{}{}
+			if body := <-answered; body != "at last" {
+				t.Fatalf("answer %q", body)
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				got, _ := f.eng.Lookup(ctx, sb.ID)
+				if got.State == torpor.StatePaused {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("still %s after the answer", got.State)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			if status, _ := f.get(t, host, "/", nil); status != 200 { // wakes it for the next round
+				t.Fatalf("waking: %d", status)
 			}
 		})
 	}

@@ -17,8 +17,9 @@ import (
 // bytes both ways until both sides are done. Over HTTP/1.1 the client's
 // connection becomes the tunnel; over HTTP/2, the request's stream. The
 // upstream connection reports its traffic like any other.
-func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request, sb *torpor.Sandbox, port int) error {
+func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request, sb *torpor.Sandbox, port int, req *underWay) error {
 	up, err := p.dial(r.Context(), sb, port)
+	req.end() // connected: from now on its bytes count while they flow
 	if err != nil {
 		p.log.Debug("proxy: tunnel", "sandbox", sb.ID, "port", port, "err", err)
 		return &torpor.Error{Code: torpor.EUnavailable, RetryAfter: time.Second,
