@@ -18,19 +18,20 @@ import (
 
 // The proxy's own HTTP/1.1 loop. It reads a request head from the
 // client's buffer without consuming it and takes the request only when
-// everything about it is certain: an origin-form HTTP/1.1 request with
-// no body or one of a single Content-Length, no upgrade, no Expect, a
-// valid route to a running sandbox and a port the request may open. The
-// head's lines go to the sandbox as they came, less the hop-by-hop
-// headers, the traffic token and the client's forwarding headers, plus
-// the proxy's own X-Forwarded-*; the response's framing (Content-Length,
-// chunked, or until close) is read exactly and its bytes copied through,
-// flushed whenever the sandbox has sent nothing more, so streams
-// (server-sent events, long downloads) arrive as they are written. A
-// request the loop does not take is handed with its connection to
-// net/http (serve.go), which answers errors, wakes sandboxes, upgrades
-// and tunnels. A client that goes away while its sandbox thinks is noticed
-// when the answer comes.
+// everything about its framing is certain: an origin-form HTTP/1.1
+// request with no body or one of a single Content-Length, no upgrade, no
+// Expect, and a valid route. It checks the token, wakes a sleeping
+// sandbox and answers refusals with the same code as net/http's path
+// (reach, errorAnswer). The head's lines go to the sandbox as they came,
+// less the hop-by-hop headers, the traffic token and the client's
+// forwarding headers, plus the proxy's own X-Forwarded-*; the response's
+// framing (Content-Length, chunked, or until close) is read exactly and
+// its bytes copied through, flushed whenever the sandbox has sent nothing
+// more, so streams (server-sent events, long downloads) arrive as they
+// are written. A request the loop does not take is handed with its
+// connection to net/http (serve.go), which serves upgrades, tunnels,
+// HTTP/2 and whatever else. A client that goes away while its sandbox
+// thinks is noticed when the answer comes.
 
 const (
 	clientBuf   = 8 << 10  // a request head larger than this goes to net/http
@@ -118,9 +119,12 @@ func (h *h1conn) loop() bool {
 		if err != nil {
 			return true
 		}
-		sb, gen, err := h.p.lookup(context.Background(), t.id)
-		if err != nil || sb.State != torpor.StateRunning || !tokenOK(sb, t.port, string(rq.token)) || !h.p.admit(sb.ID, gen) {
-			return true
+		sb, err := h.p.reach(context.Background(), t, string(rq.token), false)
+		if err != nil {
+			if h.refuse(&rq, err) == closeConn {
+				return false
+			}
+			continue
 		}
 		h.underWay = sb.ID
 		out := h.forward(&rq, sb, t.port)
@@ -800,6 +804,22 @@ func chunkSize(l []byte) (int64, bool) {
 	return n, err == nil && n >= 0
 }
 
+// refuse answers a request the proxy does not forward with err, reading
+// the request first (one with a body larger than the buffer is left
+// unread, and the connection ends after the answer).
+func (h *h1conn) refuse(rq *request, err error) outcome {
+	if total := len(rq.head) + int(rq.contentLength); rq.contentLength <= int64(h.br.Size()) && total <= h.br.Size() {
+		if _, perr := h.br.Peek(total); perr != nil {
+			return closeConn
+		}
+		h.br.Discard(total)
+	} else {
+		h.br.Discard(len(rq.head))
+		rq.close = true
+	}
+	return h.answerError(rq, err)
+}
+
 // answerError answers the client with err in the API's error shape.
 func (h *h1conn) answerError(rq *request, err error) outcome {
 	h.p.obs.ProxyRequest(string(torpor.ErrorCodeOf(err)))
@@ -812,6 +832,9 @@ func (h *h1conn) answerError(rq *request, err error) outcome {
 	w.WriteString("\r\nContent-Type: application/json\r\n")
 	if a.retryAfter != "" {
 		w.WriteString("Retry-After: " + a.retryAfter + "\r\n")
+	}
+	if rq.close {
+		w.WriteString("Connection: close\r\n")
 	}
 	w.WriteString("Content-Length: " + strconv.Itoa(len(a.body)) + "\r\n\r\n")
 	if !rq.isHead {

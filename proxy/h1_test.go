@@ -247,3 +247,28 @@ func TestOneConnectionFromFastToNetHTTP(t *testing.T) {
 		t.Fatalf("echo over the upgraded connection: %q %v", got, err)
 	}
 }
+
+// TestRefusalsReadTheRequest: a refused request's body is read with it,
+// so the next request on the connection is served; one whose body is too
+// large to read is answered with Connection: close.
+func TestRefusalsReadTheRequest(t *testing.T) {
+	f := newFixture(t)
+	sb := f.create(t, torpor.CreateRequest{Ports: []torpor.PortSpec{{Port: 8080}}})
+	host := "8080-" + sb.ID + ".sb.test"
+	c := f.dial(t)
+	c.send("POST /echo HTTP/1.1\r\nHost: " + host + "\r\nX-Torpor-Token: wrong\r\nContent-Length: 5\r\n\r\nhello" +
+		"GET / HTTP/1.1\r\nHost: " + host + "\r\nX-Torpor-Token: " + sb.TrafficToken + "\r\n\r\n")
+	if resp, body := c.read("POST"); resp.StatusCode != http.StatusForbidden || !strings.Contains(body, "wrong traffic token") {
+		t.Fatalf("wrong token: %d %q", resp.StatusCode, body)
+	}
+	if resp, body := c.read("GET"); resp.StatusCode != 200 || !strings.Contains(body, "hello from") {
+		t.Fatalf("the next request: %d %q", resp.StatusCode, body)
+	}
+	c.send("PUT /echo HTTP/1.1\r\nHost: " + host + "\r\nContent-Length: 1000000\r\n\r\n")
+	if resp, _ := c.read("PUT"); resp.StatusCode != http.StatusUnauthorized || !resp.Close {
+		t.Fatalf("no token, a large body: %d, close %v", resp.StatusCode, resp.Close)
+	}
+	if !c.closed() {
+		t.Fatal("the connection stayed open with a body unread")
+	}
+}

@@ -313,50 +313,62 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) error {
 	if connect && !p.tcp.Contains(t.port) {
 		return torpor.Errorf(torpor.EForbidden, "this proxy does not forward plain TCP to port %d (proxy_tcp_ports: %q)", t.port, p.tcp.String())
 	}
-	var sb *torpor.Sandbox
-	for {
-		s, gen, err := p.lookup(r.Context(), t.id)
-		if err != nil {
-			return err
-		}
-		// Check access before anything can wake the sandbox.
-		if err := authorize(r, s, t.port, connect); err != nil {
-			return err
-		}
-		if s.State != torpor.StateRunning || p.admit(s.ID, gen) {
-			sb = s
-			break
-		}
-		// It changed as the request came: look again.
-	}
-	if sb.State == torpor.StateTerminated {
-		return torpor.Errorf(torpor.EGone, "sandbox %s is terminated", sb.ID)
-	}
-	if sb.State != torpor.StateRunning {
-		ctx, cancel := context.WithTimeout(r.Context(), p.hold)
-		defer cancel()
-		start := time.Now()
-		woken, err := p.eng.WakeForTraffic(ctx, t.id)
-		p.obs.ProxyWake(time.Since(start), err == nil)
-		if err != nil {
-			if ctx.Err() != nil && r.Context().Err() == nil {
-				return &torpor.Error{Code: torpor.EUnavailable, RetryAfter: 2 * time.Second, Message: "the sandbox did not wake within the proxy's hold limit"}
-			}
-			return err
-		}
-		sb = woken
-		p.eng.RequestStarted(sb.ID)
-		req := &underWay{eng: p.eng, id: sb.ID}
-		defer req.end()
-		// A sandbox that booted again serves once its entrypoint listens.
-		if err := p.awaitPort(ctx, sb, t.port); err != nil {
-			return err
-		}
-		return p.pass(w, r, sb, t.port, req)
+	sb, err := p.reach(r.Context(), t, tokenOf(r, connect), connect)
+	if err != nil {
+		return err
 	}
 	req := &underWay{eng: p.eng, id: sb.ID}
 	defer req.end()
 	return p.pass(w, r, sb, t.port, req)
+}
+
+// reach makes a sandbox's port ready for a request that carries token:
+// it looks the sandbox up, checks the token before anything can wake it,
+// wakes a sleeping one (within the hold limit, and until its port
+// accepts), and counts the request as under way (Engine.RequestStarted;
+// the caller ends it when the answer begins).
+func (p *Proxy) reach(ctx context.Context, t target, token string, connect bool) (*torpor.Sandbox, error) {
+	for {
+		sb, gen, err := p.lookup(ctx, t.id)
+		if err != nil {
+			return nil, err
+		}
+		if err := authorize(sb, t.port, token, connect); err != nil {
+			return nil, err
+		}
+		switch {
+		case sb.State == torpor.StateTerminated:
+			return nil, torpor.Errorf(torpor.EGone, "sandbox %s is terminated", sb.ID)
+		case sb.State != torpor.StateRunning:
+			return p.wake(ctx, t)
+		case p.admit(sb.ID, gen):
+			return sb, nil
+		}
+		// It changed as the request came: look again.
+	}
+}
+
+// wake wakes the sandbox for a request and waits until its port accepts,
+// within the hold limit; the request is then under way.
+func (p *Proxy) wake(ctx context.Context, t target) (*torpor.Sandbox, error) {
+	hold, cancel := context.WithTimeout(ctx, p.hold)
+	defer cancel()
+	start := time.Now()
+	sb, err := p.eng.WakeForTraffic(hold, t.id)
+	p.obs.ProxyWake(time.Since(start), err == nil)
+	if err != nil {
+		if hold.Err() != nil && ctx.Err() == nil {
+			return nil, &torpor.Error{Code: torpor.EUnavailable, RetryAfter: 2 * time.Second, Message: "the sandbox did not wake within the proxy's hold limit"}
+		}
+		return nil, err
+	}
+	p.eng.RequestStarted(sb.ID)
+	// A sandbox that booted again serves once its entrypoint listens.
+	if err := p.awaitPort(hold, sb, t.port); err != nil {
+		p.eng.RequestEnded(sb.ID)
+		return nil, err
+	}
+	return sb, nil
 }
 
 // pass sends the request on to the sandbox's port: a tunnel for CONNECT.
@@ -368,13 +380,9 @@ func (p *Proxy) pass(w http.ResponseWriter, r *http.Request, sb *torpor.Sandbox,
 	return nil
 }
 
-// authorize checks that the request may open the sandbox's port: a
-// public port, or the sandbox's traffic token (header, query, or for
-// CONNECT the password of Proxy-Authorization).
-func authorize(r *http.Request, sb *torpor.Sandbox, port int, connect bool) error {
-	if sb.PortPublic(port) {
-		return nil
-	}
+// tokenOf reads the traffic token a request carries: the header, the
+// query parameter, or for CONNECT the password of Proxy-Authorization.
+func tokenOf(r *http.Request, connect bool) string {
 	token := r.Header.Get(HeaderToken)
 	if token == "" && connect {
 		if _, pw, ok := parseProxyAuth(r.Header.Get("Proxy-Authorization")); ok {
@@ -384,6 +392,12 @@ func authorize(r *http.Request, sb *torpor.Sandbox, port int, connect bool) erro
 	if token == "" && strings.Contains(r.URL.RawQuery, QueryToken) {
 		token = r.URL.Query().Get(QueryToken)
 	}
+	return token
+}
+
+// authorize checks that token opens the sandbox's port (any does a public
+// one).
+func authorize(sb *torpor.Sandbox, port int, token string, connect bool) error {
 	switch {
 	case tokenOK(sb, port, token):
 		return nil
