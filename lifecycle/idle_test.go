@@ -212,14 +212,7 @@ func TestSweepLosesToAnOperation(t *testing.T) {
 	<-started
 	e.clock.Advance(10 * time.Minute)
 	// The sweep fires, sees the operation and reschedules.
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-		if at, ok := e.eng.NextDeadline(sb.ID); ok && at.After(e.clock.Now()) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the sweep did not reschedule")
-		}
-	}
+	awaitReschedule(t, e, sb.ID)
 	if got := e.get(sb.ID); got.State != torpor.StateRunning {
 		t.Fatalf("paused under a running exec: %s", got.State)
 	}
@@ -398,14 +391,7 @@ func TestSweepLosesToARequestWaitingForItsAnswer(t *testing.T) {
 	sb := e.create(torpor.CreateRequest{PolicyRequest: torpor.PolicyRequest{LifecyclePolicy: policy(torpor.LifecyclePolicy{PauseAfterIdleSeconds: torpor.Seconds(60)})}})
 	e.eng.RequestStarted(sb.ID)
 	e.clock.Advance(10 * time.Minute)
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-		if at, ok := e.eng.NextDeadline(sb.ID); ok && at.After(e.clock.Now()) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the sweep did not reschedule")
-		}
-	}
+	awaitReschedule(t, e, sb.ID)
 	if got := e.get(sb.ID); got.State != torpor.StateRunning {
 		t.Fatalf("paused under a request waiting for its answer: %s", got.State)
 	}
@@ -432,16 +418,23 @@ func TestARequestAsThePauseBeginsStopsIt(t *testing.T) {
 		Hooks:         []torpor.Hook{{Type: torpor.HookScript, On: torpor.HookOnPause, Path: "/bin/flush", Wait: true}}})
 	id = sb.ID
 	e.clock.Advance(2 * time.Minute)
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-		if at, ok := e.eng.NextDeadline(sb.ID); ok && at.After(e.clock.Now()) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the sweep did not end")
-		}
-	}
+	awaitReschedule(t, e, sb.ID)
 	if got := e.get(sb.ID); got.State != torpor.StateRunning || e.host.State(sb.ID) != torpor.InstanceRunning {
 		t.Fatalf("after a request came as the pause began: %s, instance %s", got.State, e.host.State(sb.ID))
 	}
 	e.eng.RequestEnded(sb.ID)
+}
+
+// awaitReschedule waits until the sweep that was due has run and set the
+// sandbox's next deadline in the future.
+func awaitReschedule(t *testing.T, e *env, id string) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		if at, ok := e.eng.NextDeadline(id); ok && at.After(e.clock.Now()) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the sweep did not reschedule")
+		}
+	}
 }
