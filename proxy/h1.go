@@ -9,9 +9,14 @@ import (
 	"iter"
 	"net"
 	"net/http"
+	"runtime/debug"
 	"strconv"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/torpor-dev/torpor"
 )
@@ -64,6 +69,13 @@ type h1conn struct {
 	// underWay is the sandbox whose request is under way until its
 	// answer begins (see underWay in proxy.go); "" when none.
 	underWay string
+	// The watch of the client's connection while an answer is awaited
+	// (awaitAnswer): its timer, the upstream connection waited on, its
+	// end, and whether it saw the client go.
+	watch    *time.Timer
+	watching atomic.Pointer[upConn]
+	watchEnd chan struct{}
+	gone     atomic.Bool
 }
 
 // answerBegins ends the count of the request under way, if any.
@@ -79,13 +91,17 @@ func (p *Proxy) serveConn(c net.Conn) {
 		c.Close()
 		return
 	}
-	h := &h1conn{p: p, c: c, br: clientReaders.Get().(*bufio.Reader), bw: clientWriters.Get().(*bufio.Writer)}
+	h := &h1conn{p: p, c: c, br: clientReaders.Get().(*bufio.Reader), bw: clientWriters.Get().(*bufio.Writer),
+		watchEnd: make(chan struct{}, 1)}
 	h.br.Reset(c)
 	h.bw.Reset(c)
 	if ip, _, err := net.SplitHostPort(c.RemoteAddr().String()); err == nil {
 		h.remote = ip
 	}
-	handOver := h.loop()
+	handOver := h.safeLoop()
+	if h.watch != nil {
+		h.watch.Stop()
+	}
 	p.untrack(c)
 	h.keepUpstream(nil, "", 0)
 	h.bw.Reset(nil)
@@ -98,6 +114,23 @@ func (p *Proxy) serveConn(c net.Conn) {
 	c.Close()
 	h.br.Reset(nil)
 	clientReaders.Put(h.br)
+}
+
+// safeLoop is loop that survives a panic: the connection ends, and
+// nothing is counted as under way any more.
+func (h *h1conn) safeLoop() (handOver bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			h.p.log.Error("proxy: panic serving a connection", "panic", r, "stack", string(debug.Stack()))
+			h.answerBegins()
+			if h.up != nil {
+				h.up.close()
+				h.up = nil
+			}
+			handOver = false
+		}
+	}()
+	return h.loop()
 }
 
 // loop serves requests until the connection ends (false) or one is for
@@ -185,6 +218,7 @@ type request struct {
 	contentLength                int64
 	close                        bool
 	isHead                       bool // a HEAD request: its answer has no body
+	replayable                   bool // may be sent again (GET, HEAD, OPTIONS, TRACE)
 	teTrailers                   bool
 }
 
@@ -201,6 +235,10 @@ func parseRequest(head []byte) (request, bool) {
 		return rq, false
 	}
 	rq.isHead = string(method) == "HEAD"
+	switch string(method) {
+	case "GET", "HEAD", "OPTIONS", "TRACE":
+		rq.replayable = true
+	}
 	haveHost, haveLength := false, false
 	for lines := head[lineEnd+2 : len(head)-2]; len(lines) > 0; {
 		var line []byte
@@ -217,8 +255,8 @@ func parseRequest(head []byte) (request, bool) {
 			}
 			haveHost, rq.host = true, value
 		case hContentLength:
-			n, err := strconv.ParseInt(string(value), 10, 64)
-			if haveLength || err != nil || n < 0 || value[0] == '+' {
+			n, ok := parseLength(value)
+			if haveLength || !ok {
 				return rq, false
 			}
 			haveLength, rq.contentLength = true, n
@@ -376,9 +414,7 @@ func (h *h1conn) forward(rq *request, sb *torpor.Sandbox, port int) outcome {
 	p := h.p
 	total := int64(len(rq.head)) + rq.contentLength
 	buffered := total <= int64(h.br.Size())
-	// A body cannot be sent twice: make sure a kept-alive connection still
-	// stands (the server may have closed it) before giving it one.
-	uc, reused := h.takeUpstream(sb.ID, port, rq.contentLength > 0)
+	uc, reused := h.takeUpstream(sb.ID, port)
 	if uc == nil {
 		var err error
 		if uc, err = p.dialUp(context.Background(), upstream{sb: sb, port: port}); err != nil {
@@ -401,26 +437,32 @@ func (h *h1conn) forward(rq *request, sb *torpor.Sandbox, port int) outcome {
 		}
 		body = b[len(rq.head):]
 	}
+	partial := false // the sandbox answered before it took the whole body
 	for {
-		err := h.writeRequest(uc, rq, body)
-		if err == nil && !buffered {
-			h.br.Discard(len(rq.head))
-			h.setDeadline(time.Time{})
-			err = pump(uc.bw, h.br, rq.contentLength)
-			if err == nil {
-				err = uc.bw.Flush()
-			}
-		}
+		err := h.send(uc, rq, body, buffered)
 		if err == nil {
-			_, err = uc.br.Peek(1) // the answer begins
+			err = h.awaitAnswer(uc)
 		}
 		if err == nil {
 			break
 		}
+		if h.gone.Load() {
+			uc.close()
+			return closeConn
+		}
+		if !buffered {
+			// Its body is not all read: the connection cannot go on. The
+			// sandbox may have answered already (413) and closed.
+			rq.close = true
+			if partial = answered(uc); partial {
+				break
+			}
+		}
 		uc.close()
 		// A kept-alive connection the server closed meanwhile: once more
-		// on a new one when the request had no body, as a client would.
-		if reused && buffered && rq.contentLength == 0 {
+		// on a new one when the request can be sent again, as a client
+		// would.
+		if reused && buffered && rq.contentLength == 0 && rq.replayable {
 			reused = false
 			if uc, err = p.dialUp(context.Background(), upstream{sb: sb, port: port}); err == nil {
 				continue
@@ -450,7 +492,7 @@ func (h *h1conn) forward(rq *request, sb *torpor.Sandbox, port int) outcome {
 		return closeConn
 	}
 	p.obs.ProxyRequest("ok")
-	if upKeep {
+	if upKeep && !partial {
 		h.keepUpstream(uc, sb.ID, port)
 	} else {
 		uc.close()
@@ -461,24 +503,100 @@ func (h *h1conn) forward(rq *request, sb *torpor.Sandbox, port int) outcome {
 	return keepConn
 }
 
+// send writes the request to the sandbox: the head, and the body from
+// the buffer or, when larger, streamed from the client.
+func (h *h1conn) send(uc *upConn, rq *request, body []byte, buffered bool) error {
+	if err := h.writeRequest(uc, rq, body); err != nil || buffered {
+		return err
+	}
+	h.br.Discard(len(rq.head))
+	h.setDeadline(time.Time{})
+	if err := pump(uc.bw, h.br, rq.contentLength); err != nil {
+		return err
+	}
+	return uc.bw.Flush()
+}
+
+// answered tells whether the sandbox sent an answer (within a second)
+// on a connection that failed while the request was being sent.
+func answered(uc *upConn) bool {
+	_ = uc.c.SetReadDeadline(time.Now().Add(time.Second))
+	_, err := uc.br.Peek(1)
+	_ = uc.c.SetReadDeadline(time.Time{})
+	return err == nil
+}
+
+// clientWatchAfter is how long the loop waits for an answer before it
+// also watches the client's connection.
+const clientWatchAfter = time.Second
+
+// awaitAnswer waits for the answer to begin. When the sandbox thinks for
+// longer than clientWatchAfter, it also watches the client's connection:
+// a client that goes away ends the wait (and with it the request under
+// way, which would otherwise keep the sandbox awake). A client that sends
+// its next request meanwhile is not watched further.
+func (h *h1conn) awaitAnswer(uc *upConn) error {
+	if uc.br.Buffered() > 0 {
+		return nil
+	}
+	h.watching.Store(uc)
+	if h.watch == nil {
+		h.watch = time.AfterFunc(clientWatchAfter, h.watchClient)
+	} else {
+		h.watch.Reset(clientWatchAfter)
+	}
+	_, err := uc.br.Peek(1)
+	if !h.watch.Stop() {
+		// The watch began: end it, and give the client's connection its
+		// deadline back.
+		_ = h.c.SetReadDeadline(time.Unix(1, 0))
+		<-h.watchEnd
+		h.setDeadline(time.Now().Add(keepAliveIdle))
+	}
+	return err
+}
+
+// watchClient waits until the client's connection can be read: at its
+// end (the client went away), it ends the wait for the answer.
+func (h *h1conn) watchClient() {
+	defer func() { h.watchEnd <- struct{}{} }()
+	sc, ok := h.c.(syscall.Conn)
+	if !ok {
+		return
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return
+	}
+	gone := false
+	var b [1]byte
+	_ = rc.Read(func(fd uintptr) bool {
+		n, _, err := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		if errors.Is(err, unix.EAGAIN) {
+			return false // nothing yet: wait until there is
+		}
+		gone = err != nil || n == 0
+		return true
+	})
+	if gone {
+		h.gone.Store(true)
+		_ = h.watching.Load().c.SetReadDeadline(time.Unix(1, 0))
+	}
+}
+
 // takeUpstream returns a kept-alive connection to the port, the last
 // request's or one from the pool, and whether it is one; nil if none.
-// check: make sure it still stands (for a body that cannot be sent twice).
-func (h *h1conn) takeUpstream(id string, port int, check bool) (*upConn, bool) {
+// Each is checked first: one the server closed, or that holds bytes
+// nobody asked for, is dropped.
+func (h *h1conn) takeUpstream(id string, port int) (*upConn, bool) {
 	var uc *upConn
 	if h.up != nil && h.upID == id && h.upPort == port {
 		uc, h.up = h.up, nil
-		if uc.br.Buffered() > 0 { // bytes nobody asked for
-			uc.close()
-			uc = nil
-		}
 	} else {
 		h.keepUpstream(nil, "", 0)
-	}
-	if uc == nil {
 		uc = h.p.pool.get(poolKey(id, port))
 	}
-	for uc != nil && check && !uc.alive() {
+	for uc != nil && !uc.alive() {
 		uc.close()
 		uc = h.p.pool.get(poolKey(id, port))
 	}
@@ -534,6 +652,7 @@ type response struct {
 	status        int
 	contentLength int64 // -1: none
 	chunked       bool
+	hasTE         bool // a Transfer-Encoding header
 	close         bool
 	connTokens    [][]byte // headers the Connection header names
 }
@@ -596,7 +715,7 @@ func (h *h1conn) writeResponseHead(head []byte, rs *response, untilClose bool) {
 		case hConnection, hKeepAlive, hProxyConnection, hUpgrade, hTE:
 			continue
 		case hContentLength:
-			if rs.chunked {
+			if rs.hasTE {
 				continue
 			}
 		}
@@ -658,7 +777,8 @@ func parseResponse(head []byte) (response, error) {
 	rs := response{contentLength: -1}
 	line, lines, _ := bytes.Cut(head, []byte("\n"))
 	line = bytes.TrimRight(line, "\r")
-	if len(line) < len("HTTP/1.x 200") || string(line[:7]) != "HTTP/1." || (len(line) > 12 && line[12] != ' ') {
+	if len(line) < len("HTTP/1.x 200") || string(line[:7]) != "HTTP/1." || (line[7] != '0' && line[7] != '1') ||
+		line[8] != ' ' || (len(line) > 12 && line[12] != ' ') || !validValue(line) {
 		return rs, errors.New("malformed status line")
 	}
 	status, err := strconv.Atoi(string(line[9:12]))
@@ -670,21 +790,23 @@ func parseResponse(head []byte) (response, error) {
 	keepAlive := false
 	for line := range headerLines(lines) {
 		name, value, ok := bytes.Cut(line, []byte(":"))
-		if !ok || !isToken(name) {
+		if !ok || !isToken(name) || !validValue(value) {
 			return rs, errors.New("malformed header line")
 		}
 		value = bytes.Trim(value, " \t")
 		switch headerOf(name) {
 		case hContentLength:
-			n, err := strconv.ParseInt(string(value), 10, 64)
-			if err != nil || n < 0 || (rs.contentLength >= 0 && n != rs.contentLength) {
+			n, ok := parseLength(value)
+			if !ok || (rs.contentLength >= 0 && n != rs.contentLength) {
 				return rs, errors.New("malformed Content-Length")
 			}
 			rs.contentLength = n
 		case hTransferEncoding:
 			// chunked last: the body is chunked; otherwise it ends with
-			// the connection.
+			// the connection. Either way Content-Length does not count
+			// (and is not passed on).
 			codings := bytes.Split(value, []byte(","))
+			rs.hasTE = true
 			rs.chunked = bytes.EqualFold(bytes.Trim(codings[len(codings)-1], " \t"), []byte("chunked"))
 			if !rs.chunked {
 				rs.close = true
@@ -702,7 +824,7 @@ func parseResponse(head []byte) (response, error) {
 			}
 		}
 	}
-	if rs.chunked {
+	if rs.hasTE {
 		rs.contentLength = -1
 	}
 	if http10 && !keepAlive {
@@ -743,7 +865,10 @@ func pump(dst *bufio.Writer, src *bufio.Reader, n int64) error {
 	return nil
 }
 
-// pumpChunked copies a chunked body, trailers included, as it is.
+// pumpChunked copies a chunked body, writing its framing anew: each
+// chunk's size in hex and CRLF (extensions dropped), its data, CRLF, and
+// the trailers after the last, each checked as a header line. What the
+// client reads is therefore framed exactly as the proxy read it.
 func pumpChunked(dst *bufio.Writer, src *bufio.Reader) error {
 	line := func() ([]byte, error) {
 		if src.Buffered() == 0 {
@@ -755,8 +880,7 @@ func pumpChunked(dst *bufio.Writer, src *bufio.Reader) error {
 		if err != nil {
 			return nil, err
 		}
-		_, err = dst.Write(l)
-		return l, err
+		return bytes.TrimSuffix(bytes.TrimSuffix(l, []byte("\n")), []byte("\r")), nil
 	}
 	for {
 		l, err := line()
@@ -767,41 +891,81 @@ func pumpChunked(dst *bufio.Writer, src *bufio.Reader) error {
 		if !ok {
 			return errors.New("malformed chunk size")
 		}
+		dst.WriteString(strconv.FormatInt(size, 16))
+		dst.WriteString("\r\n")
 		if size == 0 {
 			for { // trailers, up to a blank line
 				l, err := line()
 				if err != nil {
 					return err
 				}
-				if len(bytes.TrimRight(l, "\r\n")) == 0 {
-					return nil
+				if len(l) == 0 {
+					_, err = dst.WriteString("\r\n")
+					return err
 				}
+				name, value, ok := bytes.Cut(l, []byte(":"))
+				if !ok || !isToken(name) || !validValue(value) {
+					return errors.New("malformed trailer")
+				}
+				dst.Write(l)
+				dst.WriteString("\r\n")
 			}
 		}
 		if err := pump(dst, src, size); err != nil {
 			return err
 		}
-		if l, err = line(); err != nil {
-			return err
+		if end, err := src.Peek(2); err != nil || string(end) != "\r\n" {
+			return errors.New("malformed chunk end") // net/http's reader wants CRLF too
 		}
-		if len(bytes.TrimRight(l, "\r\n")) != 0 {
-			return errors.New("malformed chunk end")
-		}
+		src.Discard(2)
+		dst.WriteString("\r\n")
 	}
 }
 
-// chunkSize reads a chunk-size line (hex digits, maybe extensions).
+// chunkSize reads a chunk-size line (without its line end): hex digits,
+// then maybe extensions.
 func chunkSize(l []byte) (int64, bool) {
-	l = bytes.TrimRight(l, "\r\n")
 	if i := bytes.IndexByte(l, ';'); i >= 0 {
-		l = l[:i]
+		if !validValue(l[i:]) {
+			return 0, false
+		}
+		l = bytes.TrimRight(l[:i], " \t")
 	}
-	l = bytes.TrimRight(l, " \t")
 	if len(l) == 0 || len(l) > 15 {
 		return 0, false
 	}
-	n, err := strconv.ParseInt(string(l), 16, 64)
-	return n, err == nil && n >= 0
+	var n int64
+	for _, c := range l {
+		var d byte
+		switch {
+		case '0' <= c && c <= '9':
+			d = c - '0'
+		case 'a' <= c && c <= 'f':
+			d = c - 'a' + 10
+		case 'A' <= c && c <= 'F':
+			d = c - 'A' + 10
+		default:
+			return 0, false
+		}
+		n = n<<4 | int64(d)
+	}
+	return n, true
+}
+
+// parseLength reads a Content-Length: decimal digits only (no sign, no
+// spaces), at most 18 of them.
+func parseLength(b []byte) (int64, bool) {
+	if len(b) == 0 || len(b) > 18 {
+		return 0, false
+	}
+	var n int64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n, true
 }
 
 // refuse answers a request the proxy does not forward with err, reading

@@ -35,6 +35,8 @@ func TestTheLoopTakesOnlyWhatItReadsWithCertainty(t *testing.T) {
 		{"chunked upload", "POST / HTTP/1.1\r\n" + host + "Transfer-Encoding: chunked\r\n\r\n", false, 0},
 		{"length and chunked", "POST / HTTP/1.1\r\n" + host + "Content-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n", false, 0},
 		{"two lengths", "POST / HTTP/1.1\r\n" + host + "Content-Length: 4\r\nContent-Length: 40\r\n\r\n", false, 0},
+		{"a negative zero length", "POST / HTTP/1.1\r\n" + host + "Content-Length: -0\r\n\r\n", false, 0},
+		{"a length too long to be true", "POST / HTTP/1.1\r\n" + host + "Content-Length: 9999999999999999999\r\n\r\n", false, 0},
 		{"a signed length", "POST / HTTP/1.1\r\n" + host + "Content-Length: +4\r\n\r\n", false, 0},
 		{"a length with spaces inside", "POST / HTTP/1.1\r\n" + host + "Content-Length: 4 4\r\n\r\n", false, 0},
 		{"a folded line", "POST / HTTP/1.1\r\n" + host + "X: a\r\n Content-Length: 4\r\n\r\n", false, 0},

@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -57,7 +58,10 @@ func (c *client) read(method string) (*http.Response, string) {
 func (c *client) closed() bool {
 	_ = c.c.SetReadDeadline(time.Now().Add(2 * time.Second))
 	_, err := c.br.ReadByte()
-	return err == io.EOF
+	var ne net.Error
+	// The end of the stream, or a reset (a proxy that closes with bytes
+	// of ours unread resets).
+	return err != nil && !(errors.As(err, &ne) && ne.Timeout())
 }
 
 // TestResponsesPassThroughAsSent: whatever framing the sandbox's server
@@ -77,6 +81,7 @@ func TestResponsesPassThroughAsSent(t *testing.T) {
 		headers              map[string]string // "" : must be absent
 		trailer              map[string]string
 		keeps                bool // the client's connection stays usable
+		broken               bool // the body ends short: the connection is cut
 	}{
 		{name: "length", answer: "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-A: 1\r\n\r\nhello",
 			status: 200, body: "hello", headers: map[string]string{"X-A": "1"}, keeps: true},
@@ -105,6 +110,14 @@ func TestResponsesPassThroughAsSent(t *testing.T) {
 			status: 503, body: "did not answer", keeps: true},
 		{name: "not HTTP", answer: "SSH-2.0-OpenSSH_9.2\r\n\r\n", closeAfter: true,
 			status: 503, body: "did not answer", keeps: true},
+		{name: "a bare CR in a header value", answer: "HTTP/1.1 200 OK\r\nX-A: a\rContent-Length: 0\r\nContent-Length: 4\r\n\r\nbody", closeAfter: true,
+			status: 503, body: "did not answer", keeps: true},
+		{name: "no space after the version", answer: "HTTP/1.1X200 OK\r\nContent-Length: 0\r\n\r\n", closeAfter: true,
+			status: 503, body: "did not answer", keeps: true},
+		{name: "a signed chunk size", answer: "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n+5\r\nhello\r\n0\r\n\r\n", closeAfter: true,
+			status: 200, broken: true},
+		{name: "a chunk ended by a bare LF", answer: "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\n0\r\n\r\n", closeAfter: true,
+			status: 200, broken: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			method := tc.method
@@ -117,6 +130,18 @@ func TestResponsesPassThroughAsSent(t *testing.T) {
 			f.rawMu.Unlock()
 			c := f.dial(t)
 			c.send(method + " " + path + " HTTP/1.1\r\nHost: " + host + "\r\n\r\n")
+			if tc.broken {
+				// Cut before the head or in the body, never whole.
+				if resp, err := http.ReadResponse(c.br, nil); err == nil {
+					if b, err := io.ReadAll(resp.Body); err == nil {
+						t.Fatalf("a malformed body came through whole: %d %q", resp.StatusCode, b)
+					}
+				}
+				if !c.closed() {
+					t.Fatal("the connection stayed open after a malformed body")
+				}
+				return
+			}
 			resp, body := c.read(method)
 			if resp.StatusCode == 103 { // then the answer
 				if resp.Header.Get("Link") == "" {
@@ -270,5 +295,115 @@ func TestRefusalsReadTheRequest(t *testing.T) {
 	}
 	if !c.closed() {
 		t.Fatal("the connection stayed open with a body unread")
+	}
+}
+
+// TestTheSandboxCannotDesyncItsClients: a server that sends more than it
+// was asked for (a body after HEAD) or answers an upload early cannot
+// make one client's bytes another's answer or request.
+func TestTheSandboxCannotDesyncItsClients(t *testing.T) {
+	f := newFixture(t)
+	sb := f.create(t, torpor.CreateRequest{Ports: []torpor.PortSpec{{Port: 8083, Public: true}, {Port: 8080, Public: true}}})
+	host := "8083-" + sb.ID + ".sb.test"
+	f.rawMu.Lock()
+	f.raw["/head"] = "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nstale"
+	f.raw["/b"] = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nb!"
+	f.raw["/c"] = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nc!"
+	f.raw["/charge"], f.rawClose["/charge"] = "", true // takes the request, closes without answering
+	f.raw["/again"], f.rawClose["/again"] = "", true
+	f.raw["/ok"] = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+	f.raw["/early"], f.rawClose["/early"], f.rawEarly["/early"] = "HTTP/1.1 413 Content Too Large\r\nContent-Length: 0\r\nConnection: close\r\n\r\n", true, true
+	f.raw["/gzip"], f.rawClose["/gzip"] = "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\nContent-Length: 3\r\n\r\nabc", true
+	f.rawMu.Unlock()
+
+	a := f.dial(t)
+	a.send("HEAD /head HTTP/1.1\r\nHost: " + host + "\r\n\r\n")
+	a.read("HEAD")
+	a.c.Close()
+	for _, path := range []string{"/b", "/c"} {
+		c := f.dial(t)
+		c.send("GET " + path + " HTTP/1.1\r\nHost: " + host + "\r\n\r\n")
+		if _, body := c.read("GET"); body != path[1:]+"!" {
+			t.Fatalf("GET %s after a HEAD answered with a body: %q", path, body)
+		}
+	}
+
+	// A request that cannot be sent twice is not, even on a kept-alive
+	// connection that fails; a GET is.
+	for _, tc := range []struct {
+		method, path string
+		seen         int
+	}{{"POST", "/charge", 1}, {"GET", "/again", 2}} {
+		c := f.dial(t)
+		c.send("GET /ok HTTP/1.1\r\nHost: " + host + "\r\n\r\n")
+		c.read("GET")
+		c.send(tc.method + " " + tc.path + " HTTP/1.1\r\nHost: " + host + "\r\nContent-Length: 0\r\n\r\n")
+		if resp, _ := c.read(tc.method); resp.StatusCode != http.StatusServiceUnavailable {
+			t.Fatalf("%s %s: %d", tc.method, tc.path, resp.StatusCode)
+		}
+		f.rawMu.Lock()
+		seen := f.rawSeen[tc.path]
+		f.rawMu.Unlock()
+		if seen != tc.seen {
+			t.Fatalf("%s %s reached the server %d times, want %d", tc.method, tc.path, seen, tc.seen)
+		}
+	}
+
+	// An upload answered early (more than the sockets' buffers hold, so
+	// that sending it fails): the answer comes through, and the rest of
+	// the body is never read as a request.
+	before := f.hits.Load()
+	c := f.dial(t)
+	_ = c.c.SetDeadline(time.Now().Add(30 * time.Second))
+	rest := strings.Repeat("x", 32<<20) + "GET /smuggled HTTP/1.1\r\nHost: 8080-" + sb.ID + ".sb.test\r\n\r\n"
+	c.send("POST /early HTTP/1.1\r\nHost: " + host + "\r\nContent-Length: " + strconv.Itoa(len(rest)) + "\r\n\r\n")
+	go io.WriteString(c.c, rest)
+	if resp, err := http.ReadResponse(c.br, nil); err == nil {
+		io.Copy(io.Discard, resp.Body)
+		if resp.StatusCode != http.StatusRequestEntityTooLarge {
+			t.Fatalf("an upload answered early: %d", resp.StatusCode)
+		}
+	} else {
+		t.Fatalf("an upload answered early: %v", err)
+	}
+	if !c.closed() {
+		t.Fatal("the connection stayed open with a body unread")
+	}
+	if f.hits.Load() != before {
+		t.Fatal("the rest of the body reached a server as a request")
+	}
+
+	// Transfer-Encoding other than chunked: read to the end, its length
+	// header dropped, the client's connection closed after.
+	c = f.dial(t)
+	c.send("GET /gzip HTTP/1.1\r\nHost: " + host + "\r\n\r\n")
+	_ = c.c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	raw, _ := io.ReadAll(c.br)
+	if s := string(raw); strings.Contains(s, "Content-Length") || !strings.Contains(s, "Connection: close\r\n") || !strings.HasSuffix(s, "\r\n\r\nabc") {
+		t.Fatalf("Transfer-Encoding: gzip with a length: %q", s)
+	}
+}
+
+// TestAClientThatGoesAwayLetsItsSandboxSleep: a request whose client went
+// away while the sandbox's server thinks stops keeping the sandbox awake.
+func TestAClientThatGoesAwayLetsItsSandboxSleep(t *testing.T) {
+	f := newFixture(t)
+	sb := f.create(t, torpor.CreateRequest{Ports: []torpor.PortSpec{{Port: 8080, Public: true}},
+		PolicyRequest: torpor.PolicyRequest{LifecyclePolicy: &torpor.LifecyclePolicy{PauseAfterIdleSeconds: torpor.Seconds(1)}}})
+	t.Cleanup(func() { close(f.answer) })
+	c := f.dial(t)
+	c.send("GET /slow HTTP/1.1\r\nHost: 8080-" + sb.ID + ".sb.test\r\n\r\n")
+	time.Sleep(100 * time.Millisecond)
+	c.c.Close()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		got, _ := f.eng.Lookup(ctx, sb.ID)
+		if got.State == torpor.StatePaused {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still %s with its only client gone", got.State)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

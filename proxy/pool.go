@@ -26,9 +26,10 @@ type upConn struct {
 
 // upPool keeps idle connections per sandbox port.
 type upPool struct {
-	mu    sync.Mutex
-	idle  map[string][]*upConn
-	sweep *time.Timer
+	mu     sync.Mutex
+	closed bool
+	idle   map[string][]*upConn
+	sweep  *time.Timer
 }
 
 const (
@@ -51,8 +52,16 @@ func (p *upPool) get(key string) *upConn {
 }
 
 func (p *upPool) put(key string, uc *upConn) {
+	if uc.br.Buffered() > 0 { // bytes nobody asked for: never again
+		uc.close()
+		return
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.closed {
+		uc.close()
+		return
+	}
 	if p.idle == nil {
 		p.idle = map[string][]*upConn{}
 	}
@@ -65,6 +74,19 @@ func (p *upPool) put(key string, uc *upConn) {
 	if p.sweep == nil {
 		p.sweep = time.AfterFunc(idleTimeout, p.closeIdle)
 	}
+}
+
+// closeAll closes every idle connection, and any put back later.
+func (p *upPool) closeAll() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	for _, l := range p.idle {
+		for _, uc := range l {
+			uc.c.Close()
+		}
+	}
+	p.idle = nil
 }
 
 // closeIdle closes the connections idle for idleTimeout, and looks again

@@ -38,6 +38,8 @@ type fixture struct {
 	rawMu    sync.Mutex
 	raw      map[string]string
 	rawClose map[string]bool
+	rawSeen  map[string]int  // requests seen, by path
+	rawEarly map[string]bool // paths answered without reading the body
 }
 
 var ctx = context.Background()
@@ -151,7 +153,7 @@ func newFixture(t testing.TB) *fixture {
 // rawServer answers each request with the bytes f.raw names for its
 // path (a 404 when none).
 func (f *fixture) rawServer(t testing.TB) string {
-	f.raw, f.rawClose = map[string]string{}, map[string]bool{}
+	f.raw, f.rawClose, f.rawSeen, f.rawEarly = map[string]string{}, map[string]bool{}, map[string]int{}, map[string]bool{}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -171,8 +173,14 @@ func (f *fixture) rawServer(t testing.TB) string {
 					if err != nil {
 						return
 					}
-					io.Copy(io.Discard, req.Body)
 					f.rawMu.Lock()
+					early := f.rawEarly[req.URL.Path]
+					f.rawMu.Unlock()
+					if !early {
+						io.Copy(io.Discard, req.Body)
+					}
+					f.rawMu.Lock()
+					f.rawSeen[req.URL.Path]++
 					answer, ok := f.raw[req.URL.Path]
 					closeAfter := f.rawClose[req.URL.Path]
 					f.rawMu.Unlock()

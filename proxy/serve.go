@@ -10,14 +10,14 @@ import (
 	"time"
 )
 
-// Serving. Serve accepts the proxy's connections itself: a plain HTTP/1.1
-// request to a running sandbox is forwarded by the proxy's own loop
-// (h1.go), which reads and writes the bytes of the request and the
-// response with no net/http server in between. Everything else — HTTP/2,
-// upgrades, CONNECT, a request that needs an error answer or a wake-up,
-// anything the loop does not read with certainty — is handed, at a
-// request boundary and with the bytes already read, to a net/http server
-// whose handler is ServeHTTP; the connection stays there from then on.
+// Serving. Serve accepts the proxy's connections itself: plain HTTP/1.1
+// requests are served by the proxy's own loop (h1.go), which reads and
+// writes the bytes of the request and the response with no net/http
+// server in between. Everything else — HTTP/2, upgrades, CONNECT,
+// anything whose framing the loop does not read with certainty — is
+// handed, at a request boundary and with the bytes already read, to a
+// net/http server whose handler is ServeHTTP; the connection stays there
+// from then on.
 
 // headerTimeout bounds the wait for the rest of a request head once its
 // first byte came; keepAliveIdle the wait for the next request on an
@@ -71,6 +71,7 @@ func (p *Proxy) Close() error {
 		c.Close()
 	}
 	p.handoff.Close()
+	p.pool.closeAll()
 	return p.fallback.Close()
 }
 
