@@ -231,3 +231,47 @@ func grepLines(s, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestSlowAnswersAndIdlePauses: through the real daemon and a real
+// sandbox, a request whose answer takes longer than the sandbox's idle
+// time is answered, with no pause under it (a frozen server would never
+// answer); a request whose client goes away while the server thinks lets
+// the sandbox pause.
+func TestSlowAnswersAndIdlePauses(t *testing.T) {
+	needs(t)
+	d := startDaemon(t, torporBin(t), t.TempDir())
+	sandboxServer(t) // built before the idle clock starts
+	cl := d.client(t)
+	ctx := context.Background()
+	const idle = 2
+	sb, err := cl.Create(ctx, torpor.CreateRequest{Template: "base", Ports: []torpor.PortSpec{{Port: 8080, Public: true}},
+		PolicyRequest: torpor.PolicyRequest{LifecyclePolicy: &torpor.LifecyclePolicy{PauseAfterIdleSeconds: torpor.Seconds(idle)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	startServer(t, d, sb.ID, ":8080")
+	before := d.get(sb.ID).Meters
+	req, _ := http.NewRequest("GET", "http://"+d.proxy+"/sleep?ms=6000", nil)
+	req.Host = "8080-" + sb.ID + ".localhost"
+	resp, err := (&http.Client{Timeout: 60 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(body) != "slept" {
+		t.Fatalf("a slow answer: %d %q", resp.StatusCode, body)
+	}
+	if got := d.get(sb.ID).Meters; got.Pauses != before.Pauses {
+		t.Fatalf("paused %d times under a request waiting for its answer", got.Pauses-before.Pauses)
+	}
+	// The client goes away; the server would think for a minute more.
+	c, err := net.Dial("tcp", d.proxy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(c, "GET /sleep?ms=60000 HTTP/1.1\r\nHost: 8080-%s.localhost\r\n\r\n", sb.ID)
+	time.Sleep(200 * time.Millisecond)
+	c.Close()
+	d.waitState(sb.ID, torpor.StatePaused)
+}

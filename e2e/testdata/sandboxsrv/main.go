@@ -1,7 +1,8 @@
 // Command sandboxsrv is a small static server that the end-to-end tests
 // and benchmarks copy into a sandbox: on :8080 (every address) it answers
 // GET / with "ok", GET /proto with the HTTP version it was spoken to in
-// (HTTP/1.1 or cleartext HTTP/2), and GET /ws with a WebSocket echo.
+// (HTTP/1.1 or cleartext HTTP/2), GET /sleep?ms=N with "slept" after N
+// milliseconds, and GET /ws with a WebSocket echo.
 package main
 
 import (
@@ -14,7 +15,9 @@ import (
 	"log"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
+	"time"
 )
 
 func main() {
@@ -25,6 +28,14 @@ func main() {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
 	mux.HandleFunc("GET /proto", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, r.Proto) })
+	mux.HandleFunc("GET /sleep", func(w http.ResponseWriter, r *http.Request) {
+		ms, _ := strconv.Atoi(r.URL.Query().Get("ms"))
+		select {
+		case <-time.After(time.Duration(ms) * time.Millisecond):
+			io.WriteString(w, "slept")
+		case <-r.Context().Done():
+		}
+	})
 	mux.HandleFunc("GET /ws", websocketEcho)
 	srv := &http.Server{Addr: addr, Handler: mux, Protocols: new(http.Protocols)}
 	srv.Protocols.SetHTTP1(true)
