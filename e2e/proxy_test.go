@@ -245,7 +245,10 @@ func TestSlowAnswersAndIdlePauses(t *testing.T) {
 	ctx := context.Background()
 	const idle = 2
 	sb, err := cl.Create(ctx, torpor.CreateRequest{Template: "base", Ports: []torpor.PortSpec{{Port: 8080, Public: true}},
-		PolicyRequest: torpor.PolicyRequest{LifecyclePolicy: &torpor.LifecyclePolicy{PauseAfterIdleSeconds: torpor.Seconds(idle)}}})
+		PolicyRequest: torpor.PolicyRequest{LifecyclePolicy: &torpor.LifecyclePolicy{PauseAfterIdleSeconds: torpor.Seconds(idle),
+			// A silent connection stops counting after a second: what keeps
+			// the sandbox awake below is the request waiting for its answer.
+			ConnectionIdleSeconds: torpor.Seconds(1)}}})
 	if err != nil {
 		t.Fatal(err)
 	}

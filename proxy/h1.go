@@ -600,6 +600,9 @@ func (h *h1conn) takeUpstream(id string, port int) (*upConn, bool) {
 		uc.close()
 		uc = h.p.pool.get(poolKey(id, port))
 	}
+	if uc != nil {
+		park(uc.c, false)
+	}
 	return uc, uc != nil
 }
 
@@ -608,6 +611,9 @@ func (h *h1conn) takeUpstream(id string, port int) (*upConn, bool) {
 func (h *h1conn) keepUpstream(uc *upConn, id string, port int) {
 	if h.up != nil {
 		h.p.pool.put(poolKey(h.upID, h.upPort), h.up)
+	}
+	if uc != nil {
+		park(uc.c, true) // between requests: no one's open connection
 	}
 	h.up, h.upID, h.upPort = uc, id, port
 }

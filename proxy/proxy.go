@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/http/httputil"
 	"strconv"
 	"strings"
@@ -434,6 +435,21 @@ func (p *Proxy) awaitPort(ctx context.Context, sb *torpor.Sandbox, port int) err
 func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, sb *torpor.Sandbox, port int, req *underWay) {
 	up := upstream{sb: sb, port: port, host: poolKey(sb.ID, port), req: req}
 	ctx := context.WithValue(r.Context(), upstreamKey{}, up)
+	// The Transport's kept-alive connections are parked between requests
+	// like the loop's. (An HTTP/2 connection, shared among requests, is
+	// never put back idle, so never parked.)
+	var conn net.Conn
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		GotConn: func(i httptrace.GotConnInfo) {
+			conn = i.Conn
+			park(conn, false)
+		},
+		PutIdleConn: func(err error) {
+			if err == nil && conn != nil {
+				park(conn, true)
+			}
+		},
+	})
 	if r.ProtoMajor == 2 && p.speaksH2C(ctx, sb, port) {
 		p.rpH2.ServeHTTP(w, r.WithContext(ctx))
 		return
@@ -447,8 +463,11 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, sb *torpor.Sandb
 // awake; a silent socket stops counting.
 type activeConn struct {
 	net.Conn
-	note     func()
-	idle     time.Duration
+	note func()
+	idle time.Duration
+	// parked: a kept-alive connection between requests, which is no one's
+	// open connection and does not count.
+	parked   atomic.Bool
 	last     atomic.Int64 // unix nanos of the last byte
 	reported atomic.Int64 // unix nanos of the last report
 	done     chan struct{}
@@ -473,10 +492,18 @@ func (c *activeConn) keepAwake() {
 		case <-c.done:
 			return
 		case <-t.C:
-			if time.Since(time.Unix(0, c.last.Load())) < c.idle {
+			if !c.parked.Load() && time.Since(time.Unix(0, c.last.Load())) < c.idle {
 				c.report()
 			}
 		}
+	}
+}
+
+// park marks a connection to a sandbox as kept alive between requests (or
+// not); conn may be any connection.
+func park(conn net.Conn, parked bool) {
+	if c, ok := conn.(*activeConn); ok {
+		c.parked.Store(parked)
 	}
 }
 

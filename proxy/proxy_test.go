@@ -688,3 +688,31 @@ func TestARequestWaitingForItsAnswerKeepsItsSandboxAwake(t *testing.T) {
 		})
 	}
 }
+
+// TestAKeptAliveConnectionIsNotActivity: once a request is answered, the
+// connection the proxy keeps alive to the sandbox's port does not keep it
+// awake, whatever connection_idle_seconds says: the sandbox pauses after
+// its idle time, on either path.
+func TestAKeptAliveConnectionIsNotActivity(t *testing.T) {
+	f := newFixture(t)
+	sb := f.create(t, torpor.CreateRequest{Ports: []torpor.PortSpec{{Port: 8080, Public: true}},
+		PolicyRequest: torpor.PolicyRequest{LifecyclePolicy: &torpor.LifecyclePolicy{
+			PauseAfterIdleSeconds: torpor.Seconds(3), ConnectionIdleSeconds: torpor.Seconds(300)}}})
+	host := "8080-" + sb.ID + ".sb.test"
+	for _, path := range []string{"/", "/?torpor_token=x"} { // the loop, then net/http
+		if status, _ := f.get(t, host, path, nil); status != 200 {
+			t.Fatalf("GET %s: %d", path, status)
+		}
+		deadline := time.Now().Add(10 * time.Second) // the pool keeps connections 30 s
+		for {
+			got, _ := f.eng.Lookup(ctx, sb.ID)
+			if got.State == torpor.StatePaused {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("GET %s: still %s 10 s after the answer, idle time 3 s", path, got.State)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
