@@ -395,15 +395,7 @@ func TestAClientThatGoesAwayLetsItsSandboxSleep(t *testing.T) {
 	c.send("GET /slow HTTP/1.1\r\nHost: 8080-" + sb.ID + ".sb.test\r\n\r\n")
 	time.Sleep(100 * time.Millisecond)
 	c.c.Close()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		got, _ := f.eng.Lookup(ctx, sb.ID)
-		if got.State == torpor.StatePaused {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("still %s with its only client gone", got.State)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if got := f.awaitPaused(sb.ID, 15*time.Second); got != torpor.StatePaused {
+		t.Fatalf("still %s with its only client gone", got)
 	}
 }

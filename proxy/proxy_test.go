@@ -150,6 +150,19 @@ func newFixture(t testing.TB) *fixture {
 	return f
 }
 
+// awaitPaused waits up to within for the sandbox to be paused, and
+// returns the state it found last.
+func (f *fixture) awaitPaused(id string, within time.Duration) torpor.State {
+	deadline := time.Now().Add(within)
+	for {
+		got, _ := f.eng.Lookup(ctx, id)
+		if got.State == torpor.StatePaused || time.Now().After(deadline) {
+			return got.State
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // rawServer answers each request with the bytes f.raw names for its
 // path (a 404 when none).
 func (f *fixture) rawServer(t testing.TB) string {
@@ -671,16 +684,8 @@ func TestARequestWaitingForItsAnswerKeepsItsSandboxAwake(t *testing.T) {
 			if body := <-answered; body != "at last" {
 				t.Fatalf("answer %q", body)
 			}
-			deadline := time.Now().Add(10 * time.Second)
-			for {
-				got, _ := f.eng.Lookup(ctx, sb.ID)
-				if got.State == torpor.StatePaused {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("still %s after the answer", got.State)
-				}
-				time.Sleep(50 * time.Millisecond)
+			if got := f.awaitPaused(sb.ID, 10*time.Second); got != torpor.StatePaused {
+				t.Fatalf("still %s after the answer", got)
 			}
 			if status, _ := f.get(t, host, "/", nil); status != 200 { // wakes it for the next round
 				t.Fatalf("waking: %d", status)
@@ -703,16 +708,9 @@ func TestAKeptAliveConnectionIsNotActivity(t *testing.T) {
 		if status, _ := f.get(t, host, path, nil); status != 200 {
 			t.Fatalf("GET %s: %d", path, status)
 		}
-		deadline := time.Now().Add(10 * time.Second) // the pool keeps connections 30 s
-		for {
-			got, _ := f.eng.Lookup(ctx, sb.ID)
-			if got.State == torpor.StatePaused {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("GET %s: still %s 10 s after the answer, idle time 3 s", path, got.State)
-			}
-			time.Sleep(50 * time.Millisecond)
+		// (The pool keeps connections 30 s.)
+		if got := f.awaitPaused(sb.ID, 10*time.Second); got != torpor.StatePaused {
+			t.Fatalf("GET %s: still %s 10 s after the answer, idle time 3 s", path, got)
 		}
 	}
 }
