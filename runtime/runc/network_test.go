@@ -2,13 +2,10 @@ package runc
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"io"
 	"net"
 	"net/http"
-	"net/netip"
 	"os"
 	"strings"
 	"testing"
@@ -21,29 +18,9 @@ import (
 	"github.com/torpor-dev/torpor/runtime/runtimetest"
 )
 
-// testNetwork makes a sandbox network on a bridge and a /24 of its own,
-// removed when the test ends (after the sandboxes, which are destroyed
-// by cleanups registered later).
-func testNetwork(t *testing.T) network.Config {
-	t.Helper()
-	var b [3]byte
-	rand.Read(b[:])
-	cfg := network.Config{
-		Bridge:   "tpr" + hex.EncodeToString(b[:]),
-		Prefix:   netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 215, b[0], 0}), 24),
-		StateDir: t.TempDir(),
-	}
-	n, err := network.New(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := n.Remove(context.Background()); err != nil {
-			t.Error(err)
-		}
-	})
-	return cfg
-}
+// testNetwork makes a sandbox network on a bridge and a /24 of its own
+// (runtimetest.Network).
+func testNetwork(t *testing.T) network.Config { return runtimetest.Network(t, "tpr", 215) }
 
 // newNetRuntime returns a runtime with a sandbox network; each call over
 // the same configs is a restarted daemon.

@@ -3,8 +3,6 @@ package vm
 import (
 	"bufio"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"io"
 	"net"
@@ -20,31 +18,12 @@ import (
 	"github.com/torpor-dev/torpor"
 	"github.com/torpor-dev/torpor/network"
 	"github.com/torpor-dev/torpor/network/networktest"
+	"github.com/torpor-dev/torpor/runtime/runtimetest"
 )
 
-// testNetwork makes a sandbox network on a bridge and a /24 of its own,
-// removed when the test ends (after the VMs, which testConfig's cleanup
-// destroys: cleanups run last registered first).
-func testNetwork(t testing.TB) network.Config {
-	t.Helper()
-	var b [3]byte
-	rand.Read(b[:])
-	cfg := network.Config{
-		Bridge:   "tpv" + hex.EncodeToString(b[:]),
-		Prefix:   netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 216, b[0], 0}), 24),
-		StateDir: t.TempDir(),
-	}
-	n, err := network.New(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := n.Remove(context.Background()); err != nil {
-			t.Error(err)
-		}
-	})
-	return cfg
-}
+// testNetwork makes a sandbox network on a bridge and a /24 of its own
+// (runtimetest.Network).
+func testNetwork(t testing.TB) network.Config { return runtimetest.Network(t, "tpv", 216) }
 
 // newNetRuntime returns a runtime on the sandbox network; what is left
 // when the test ends is destroyed with it, so that addresses and
