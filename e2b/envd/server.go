@@ -1,0 +1,88 @@
+// Package envd serves the API of envd, the daemon that E2B's SDKs expect
+// inside every sandbox (port 49983): the Connect services process.Process
+// and filesystem.Filesystem, GET/POST /files and GET /health. torpor
+// serves it from the host, on the port proxy, and carries each call out
+// through the lifecycle engine (background processes, confined files), so
+// a sandbox needs no agent of E2B's and every call follows the sandbox's
+// lifecycle rules (auto-resume, activity, tenants).
+//
+// The proxy routes a request here once it has found the sandbox, checked
+// its access token (X-Access-Token) and woken it when it slept; ServeSandbox
+// then answers it for that sandbox.
+package envd
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+
+	"github.com/torpor-dev/torpor"
+	"github.com/torpor-dev/torpor/lifecycle"
+)
+
+// Port is envd's port in an E2B sandbox.
+const Port = 49983
+
+// Version is the envd version reported to the SDKs (GET /health and the
+// create answer's envdVersion). The SDKs switch features on it: 0.5.7 and
+// later take octet-stream uploads, 0.5.2 and later close stdin, 0.3.0 and
+// later choose whether a process gets stdin. Report only a version whose
+// features are all served here.
+const Version = "0.5.7"
+
+// DefaultUser is the user E2B runs commands and file calls as when the
+// request names none; its home is the default working directory.
+const (
+	DefaultUser = "user"
+	DefaultHome = "/home/user"
+)
+
+// Config is what a Server needs.
+type Config struct {
+	Engine *lifecycle.Engine
+	Logger *slog.Logger
+}
+
+// Server serves envd's API for every sandbox.
+type Server struct {
+	eng *lifecycle.Engine
+	log *slog.Logger
+	mux *http.ServeMux
+}
+
+// New returns a server.
+func New(cfg Config) *Server {
+	s := &Server{eng: cfg.Engine, log: cfg.Logger, mux: http.NewServeMux()}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	s.routes()
+	return s
+}
+
+// ServeSandbox answers one request for sb, which the proxy found and
+// authorized.
+func (s *Server) ServeSandbox(w http.ResponseWriter, r *http.Request, sb *torpor.Sandbox) {
+	s.mux.ServeHTTP(w, r.WithContext(withSandbox(r.Context(), sb)))
+}
+
+type sandboxKey struct{}
+
+func withSandbox(ctx context.Context, sb *torpor.Sandbox) context.Context {
+	return context.WithValue(ctx, sandboxKey{}, sb)
+}
+
+// sandboxOf returns the sandbox a request is for.
+func sandboxOf(ctx context.Context) *torpor.Sandbox {
+	sb, _ := ctx.Value(sandboxKey{}).(*torpor.Sandbox)
+	return sb
+}
+
+func (s *Server) routes() {
+	s.mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusNoContent)
+	})
+	s.processRoutes()    // process.go
+	s.filesystemRoutes() // filesystem.go
+	s.filesRoutes()      // files.go
+}
