@@ -13,6 +13,7 @@ package envd
 
 import (
 	"context"
+	"crypto/subtle"
 	"log/slog"
 	"net/http"
 
@@ -60,8 +61,29 @@ func New(cfg Config) *Server {
 	return s
 }
 
-// ServeSandbox answers one request for sb, which the proxy found and
-// authorized.
+// HeaderAccessToken carries the sandbox's envd access token (its
+// traffic token) on every envd request.
+const HeaderAccessToken = "X-Access-Token"
+
+// Authorize tells whether r may reach sb's envd: it carries sb's access
+// token, or it is a file transfer signed with it (files.go). Nothing is
+// woken before this passes.
+func (s *Server) Authorize(r *http.Request, sb *torpor.Sandbox) error {
+	token := r.Header.Get(HeaderAccessToken)
+	switch {
+	case token != "" && subtle.ConstantTimeCompare([]byte(token), []byte(sb.TrafficToken)) == 1:
+		return nil
+	case token != "":
+		return torpor.Errorf(torpor.EForbidden, "wrong envd access token")
+	}
+	if ok, err := s.signedTransfer(r, sb); ok || err != nil {
+		return err
+	}
+	return torpor.Errorf(torpor.EUnauthenticated, "send the sandbox's envdAccessToken in %s", HeaderAccessToken)
+}
+
+// ServeSandbox answers one request for sb, which the proxy found,
+// authorized and woke.
 func (s *Server) ServeSandbox(w http.ResponseWriter, r *http.Request, sb *torpor.Sandbox) {
 	s.mux.ServeHTTP(w, r.WithContext(withSandbox(r.Context(), sb)))
 }
