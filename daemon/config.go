@@ -34,6 +34,14 @@ type Config struct {
 	// ProxyTCPPorts lists the sandbox ports the proxy forwards plain TCP
 	// to (HTTP CONNECT), e.g. "5432,6379,8000-8099"; empty: none.
 	ProxyTCPPorts string `toml:"proxy_tcp_ports"`
+	// ProxyTLSCert and ProxyTLSKey, PEM files of a (wildcard) certificate
+	// for *.ProxyDomain, make the proxy serve HTTPS (E2B's SDKs use https
+	// in their E2B_DOMAIN form); empty: plain HTTP.
+	ProxyTLSCert string `toml:"proxy_tls_cert"`
+	ProxyTLSKey  string `toml:"proxy_tls_key"`
+	// E2BTemplates maps the template names E2B programs ask for to torpor
+	// templates (docs/e2b.md).
+	E2BTemplates string `toml:"e2b_templates"`
 	// NetworkBridge is the host bridge of the sandbox network ("" turns
 	// it off: sandboxes get only a loopback); NetworkCIDR its IPv4 range.
 	NetworkBridge string `toml:"network_bridge"`
@@ -98,6 +106,9 @@ func (c *Config) settings() []setting {
 		{"proxy_listen", "address of the port proxy, which routes <port>-<id>.<proxy_domain> to a sandbox (empty: off)", &c.ProxyListen},
 		{"proxy_domain", "domain of the proxy's host names", &c.ProxyDomain},
 		{"proxy_tcp_ports", "sandbox ports the proxy forwards plain TCP to through HTTP CONNECT, e.g. 5432,8000-8099 (empty: none)", &c.ProxyTCPPorts},
+		{"proxy_tls_cert", "PEM certificate (e.g. a wildcard for *.proxy_domain) with which the proxy serves HTTPS instead of HTTP", &c.ProxyTLSCert},
+		{"proxy_tls_key", "PEM private key of proxy_tls_cert", &c.ProxyTLSKey},
+		{"e2b_templates", "torpor templates that E2B programs' template names stand for, as name=template pairs", &c.E2BTemplates},
 		{"network_bridge", "host bridge of the sandbox network, made when missing (empty: sandboxes get only a loopback)", &c.NetworkBridge},
 		{"network_cidr", "IPv4 range of sandbox addresses; the bridge gets the first one", &c.NetworkCIDR},
 		{"network_dns", "nameservers (IPv4, comma-separated, at most 3) written to /etc/resolv.conf of sandboxes allowed the internet (empty: the host's)", (*string)(&c.NetworkDNS)},
@@ -311,6 +322,9 @@ func (c Config) validate() error {
 	}
 	if _, err := proxy.ParsePorts(c.ProxyTCPPorts); err != nil {
 		return fmt.Errorf("proxy_tcp_ports: %w", err)
+	}
+	if (c.ProxyTLSCert == "") != (c.ProxyTLSKey == "") {
+		return errors.New("proxy_tls_cert and proxy_tls_key go together")
 	}
 	if c.MaxUploadMiB < 0 || c.MaxUploadMiB > 1<<30 {
 		return fmt.Errorf("max_upload_mib must be between 0 (no limit) and %d, got %d", 1<<30, c.MaxUploadMiB)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/torpor-dev/torpor"
 	"github.com/torpor-dev/torpor/api"
+	"github.com/torpor-dev/torpor/e2b/envd"
 	"github.com/torpor-dev/torpor/lifecycle"
 	"github.com/torpor-dev/torpor/metrics"
 	"github.com/torpor-dev/torpor/network"
@@ -144,19 +145,30 @@ func Run(ctx context.Context, cfg Config, opt Options) error {
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	serveErr := make(chan error, 2)
 	go func() { serveErr <- hs.Serve(ln) }()
+	e2bServices := map[int]proxy.Service{
+		envd.Port: envd.New(envd.Config{Engine: eng, Logger: log}),
+	}
+	var proxyAddr string
 	if cfg.ProxyListen != "" {
 		pln, err := net.Listen("tcp", cfg.ProxyListen)
 		if err != nil {
 			_ = hs.Close()
 			return fmt.Errorf("proxy listen: %w", err)
 		}
+		proxyAddr = pln.Addr().String()
+		if pln, err = proxyListener(cfg, pln); err != nil {
+			_ = hs.Close()
+			return err
+		}
 		tcpPorts, _ := proxy.ParsePorts(cfg.ProxyTCPPorts) // checked by LoadConfig
-		prox := proxy.New(proxy.Config{Engine: eng, Domain: cfg.ProxyDomain, TCPPorts: tcpPorts, Logger: log, Observer: mets})
+		prox := proxy.New(proxy.Config{Engine: eng, Domain: cfg.ProxyDomain, TCPPorts: tcpPorts, Logger: log, Observer: mets,
+			Services: e2bServices})
 		go func() { serveErr <- prox.Serve(pln) }()
 		defer prox.Close()
-		log.Info("proxy listening", "addr", pln.Addr().String(), "domain", cfg.ProxyDomain)
+		log.Info("proxy listening", "addr", proxyAddr, "domain", cfg.ProxyDomain, "tls", cfg.ProxyTLSCert != "")
 	}
 	log.Info("listening", "addr", ln.Addr().String(), "data_dir", cfg.DataDir, "runtime", rt.Kind())
+	printE2BEnv(opt.Stdout, cfg, ln.Addr().String(), proxyAddr)
 	if opt.OnListen != nil {
 		opt.OnListen(ln.Addr().String())
 	}

@@ -149,7 +149,7 @@ func (h *h1conn) loop() bool {
 			return true
 		}
 		t, err := h.p.routeTo(string(rq.sandboxID), string(rq.sandboxPort), string(rq.host), false)
-		if err != nil {
+		if err != nil || h.p.services[t.port] != nil {
 			return true
 		}
 		sb, err := h.p.reach(context.Background(), t, string(rq.token), false)
@@ -274,7 +274,7 @@ func parseRequest(head []byte) (request, bool) {
 			}
 		case hTE:
 			rq.teTrailers = bytes.EqualFold(value, []byte("trailers"))
-		case hTransferEncoding, hUpgrade, hExpect, hH2Settings:
+		case hTransferEncoding, hUpgrade, hExpect, hH2Settings, hE2B:
 			return rq, false
 		case hSandboxID:
 			rq.sandboxID = value
@@ -308,6 +308,7 @@ const (
 	hSandboxID
 	hSandboxPort
 	hToken
+	hE2B       // E2B's routing headers: such requests go to net/http (service.go)
 	hForwarded // the client's X-Forwarded-* and Forwarded: the proxy sets its own
 )
 
@@ -317,6 +318,7 @@ var headerNames = map[string]header{
 	"keep-alive": hKeepAlive, "proxy-connection": hProxyConnection, "proxy-authenticate": hProxyAuthenticate,
 	"proxy-authorization": hProxyAuthorization, "http2-settings": hH2Settings,
 	"x-sandbox-id": hSandboxID, "x-sandbox-port": hSandboxPort, "x-torpor-token": hToken,
+	"e2b-sandbox-id": hE2B, "e2b-sandbox-port": hE2B,
 	"x-forwarded-for": hForwarded, "x-forwarded-host": hForwarded, "x-forwarded-proto": hForwarded, "forwarded": hForwarded,
 }
 

@@ -68,6 +68,9 @@ type Config struct {
 	// Observer is told of every request and wake-up (for metrics); nil
 	// tells no one.
 	Observer Observer
+	// Services are ports the daemon serves itself for every sandbox
+	// (E2B's envd and code interpreter; see Service).
+	Services map[int]Service
 }
 
 // Observer counts what the proxy does.
@@ -93,6 +96,7 @@ type Proxy struct {
 	dotDomain string
 	hold      time.Duration
 	tcp       Ports
+	services  map[int]Service
 	log       *slog.Logger
 	obs       Observer
 	// The transports are shared by every request, so connections to a
@@ -143,7 +147,7 @@ func (u *underWay) end() { u.once.Do(func() { u.eng.RequestEnded(u.id) }) }
 
 // New returns a proxy.
 func New(cfg Config) *Proxy {
-	p := &Proxy{eng: cfg.Engine, domain: strings.ToLower(cfg.Domain), hold: cfg.HoldLimit, tcp: cfg.TCPPorts, log: cfg.Logger}
+	p := &Proxy{eng: cfg.Engine, domain: strings.ToLower(cfg.Domain), hold: cfg.HoldLimit, tcp: cfg.TCPPorts, services: cfg.Services, log: cfg.Logger}
 	if p.domain == "" {
 		p.domain = "localhost"
 	}
@@ -244,7 +248,11 @@ type target struct {
 // route reads the target from the headers or the host name; a CONNECT
 // may also name `<sandbox id>:<port>`.
 func (p *Proxy) route(r *http.Request) (target, error) {
-	return p.routeTo(r.Header.Get(HeaderSandboxID), r.Header.Get(HeaderSandboxPort), r.Host, r.Method == http.MethodConnect)
+	id, port := r.Header.Get(HeaderSandboxID), r.Header.Get(HeaderSandboxPort)
+	if id == "" {
+		id, port = r.Header.Get(HeaderE2BSandboxID), r.Header.Get(HeaderE2BSandboxPort)
+	}
+	return p.routeTo(id, port, r.Host, r.Method == http.MethodConnect)
 }
 
 // routeTo reads the target from the X-Sandbox-Id and X-Sandbox-Port
@@ -311,6 +319,9 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	connect := r.Method == http.MethodConnect
+	if svc := p.services[t.port]; svc != nil && !connect {
+		return p.serveService(w, r, t, svc)
+	}
 	if connect && !p.tcp.Contains(t.port) {
 		return torpor.Errorf(torpor.EForbidden, "this proxy does not forward plain TCP to port %d (proxy_tcp_ports: %q)", t.port, p.tcp.String())
 	}
@@ -364,7 +375,11 @@ func (p *Proxy) wake(ctx context.Context, t target) (*torpor.Sandbox, error) {
 		return nil, err
 	}
 	p.eng.RequestStarted(sb.ID)
-	// A sandbox that booted again serves once its entrypoint listens.
+	// A sandbox that booted again serves once its entrypoint listens (a
+	// port the daemon serves itself is there at once).
+	if p.services[t.port] != nil {
+		return sb, nil
+	}
 	if err := p.awaitPort(hold, sb, t.port); err != nil {
 		p.eng.RequestEnded(sb.ID)
 		return nil, err

@@ -49,7 +49,7 @@ type proxyAddr struct{ URL, Addr string }
 
 // newFixture: a real engine over the fake runtime, whose sandboxes' port
 // 8080 is an httptest server (a websocket-like echo on /ws).
-func newFixture(t testing.TB) *fixture {
+func newFixture(t testing.TB, opts ...func(*proxy.Config)) *fixture {
 	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "torpor.db"))
 	if err != nil {
 		t.Fatal(err)
@@ -130,7 +130,7 @@ func newFixture(t testing.TB) *fixture {
 		return d.DialContext(ctx, network, to)
 	}
 	f.eng, err = lifecycle.New(lifecycle.Config{Store: st, Runtimes: []torpor.Runtime{fake.New(f.host)},
-		Capacity: lifecycle.Capacity{VCPUs: 2, MemoryMiB: 2048}})
+		Capacity: lifecycle.Capacity{VCPUs: 4, MemoryMiB: 4096}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +139,11 @@ func newFixture(t testing.TB) *fixture {
 		t.Fatal(err)
 	}
 	tcp, _ := proxy.ParsePorts("8082,9000-9010")
-	prox := proxy.New(proxy.Config{Engine: f.eng, Domain: "sb.test", HoldLimit: 2 * time.Second, TCPPorts: tcp})
+	cfg := proxy.Config{Engine: f.eng, Domain: "sb.test", HoldLimit: 2 * time.Second, TCPPorts: tcp}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	prox := proxy.New(cfg)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

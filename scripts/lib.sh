@@ -150,3 +150,12 @@ build_vm_agent() {
   echo "==> building $1"
   (cd "$ROOT" && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$1" ./cmd/torpor-agent)
 }
+
+# ensure_e2b_sdk: Node.js and npm from Debian, and the official E2B SDKs
+# at the versions e2e/e2b/package-lock.json pins (npm ci), for the E2B
+# compatibility suite (e2e/e2b_test.go).
+ensure_e2b_sdk() {
+  apt_install nodejs npm
+  echo "==> installing the E2B SDKs for the compatibility suite (npm ci)"
+  (cd "$ROOT/e2e/e2b" && npm ci --no-audit --no-fund --loglevel=error)
+}

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets up and runs every test of torpor on Debian 12 as root: installs what
 # the tests need (runc, busybox-static, debootstrap, QEMU and a guest kernel,
-# a Go toolchain when missing), then
+# Node.js with the official E2B SDKs, a Go toolchain when missing), then
 # runs go vet and the whole suite, so that nothing skips.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -13,6 +13,7 @@ if [[ $(id -u) -ne 0 ]]; then
 fi
 apt_install runc busybox-static ca-certificates debootstrap
 ensure_vm_support
+ensure_e2b_sdk
 ensure_go
 echo "==> $(go version)"
 

@@ -1,0 +1,43 @@
+package daemon
+
+import (
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"path/filepath"
+	"strings"
+)
+
+// proxyListener wraps the proxy's listener in TLS when the config names a
+// certificate (proxy_tls_cert, proxy_tls_key). HTTP/1.1 only: E2B's SDKs
+// speak it, and the proxy's loop reads it.
+func proxyListener(cfg Config, ln net.Listener) (net.Listener, error) {
+	if cfg.ProxyTLSCert == "" {
+		return ln, nil
+	}
+	cert, err := tls.LoadX509KeyPair(cfg.ProxyTLSCert, cfg.ProxyTLSKey)
+	if err != nil {
+		return nil, fmt.Errorf("proxy_tls_cert: %w", err)
+	}
+	return tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12}), nil
+}
+
+// printE2BEnv prints the environment that points E2B's SDKs at this
+// daemon (docs/e2b.md): the API's address, the proxy's (or, with TLS, the
+// domain form), and the API key, read from the admin key file so that the
+// secret itself is not printed again.
+func printE2BEnv(out io.Writer, cfg Config, apiAddr, proxyAddr string) {
+	fmt.Fprintln(out, "E2B SDKs reach this daemon with:")
+	fmt.Fprintf(out, "  export E2B_API_URL=http://%s\n", apiAddr)
+	switch {
+	case proxyAddr == "":
+		fmt.Fprintln(out, "  (no proxy: set proxy_listen for commands and files)")
+	case cfg.ProxyTLSCert != "":
+		_, port, _ := net.SplitHostPort(proxyAddr)
+		fmt.Fprintf(out, "  export E2B_DOMAIN=%s:%s\n", strings.ToLower(cfg.ProxyDomain), port)
+	default:
+		fmt.Fprintf(out, "  export E2B_SANDBOX_URL=http://%s\n", proxyAddr)
+	}
+	fmt.Fprintf(out, "  export E2B_API_KEY=$(cat %s)\n", filepath.Join(cfg.DataDir, AdminKeyFile))
+}

@@ -1,0 +1,209 @@
+// The official `e2b` SDK against a real torpor daemon, unchanged: only
+// E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY point it at torpor
+// (e2e/e2b_test.go starts the daemon and runs this file).
+import { test, after } from 'node:test'
+import assert from 'node:assert/strict'
+import { existsSync } from 'node:fs'
+import { Sandbox, CommandExitError, NotFoundError, FilesystemEventType } from 'e2b'
+
+const T = { timeout: 180_000 }
+const made = []
+async function create(opts = {}) {
+  const sbx = await Sandbox.create({ timeoutMs: 300_000, ...opts })
+  made.push(sbx)
+  return sbx
+}
+after(async () => {
+  for (const s of made) await s.kill().catch(() => {})
+})
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
+async function waitState(id, want, ms = 30_000) {
+  const end = Date.now() + ms
+  for (;;) {
+    const info = await Sandbox.getInfo(id)
+    if (info.state === want) return info
+    if (Date.now() > end) assert.fail(`sandbox ${id} is ${info.state}, not ${want}, after ${ms} ms`)
+    await sleep(200)
+  }
+}
+
+test('create with metadata and envs, getInfo, list with filters', T, async () => {
+  const tag = `t${Date.now()}`
+  const sbx = await create({ metadata: { suite: tag, kind: 'a b/c' }, envs: { GREETING: 'hello' } })
+  assert.match(sbx.sandboxId, /^[a-z0-9]+$/)
+  const info = await sbx.getInfo()
+  assert.equal(info.sandboxId, sbx.sandboxId)
+  assert.equal(info.state, 'running')
+  assert.deepEqual(info.metadata, { suite: tag, kind: 'a b/c' })
+  assert.ok(info.endAt > info.startedAt)
+  const other = await create({ metadata: { suite: tag, kind: 'other' } })
+
+  const byKind = await Sandbox.list({ query: { metadata: { suite: tag, kind: 'a b/c' } } }).nextItems()
+  assert.deepEqual(byKind.map((s) => s.sandboxId), [sbx.sandboxId])
+  const all = []
+  const pages = Sandbox.list({ query: { metadata: { suite: tag } }, limit: 1 })
+  while (pages.hasNext) all.push(...(await pages.nextItems()))
+  assert.deepEqual(all.map((s) => s.sandboxId).sort(), [sbx.sandboxId, other.sandboxId].sort())
+  await other.pause()
+  const running = await Sandbox.list({ query: { metadata: { suite: tag }, state: ['running'] } }).nextItems()
+  assert.deepEqual(running.map((s) => s.sandboxId), [sbx.sandboxId])
+  const paused = await Sandbox.list({ query: { metadata: { suite: tag }, state: ['paused'] } }).nextItems()
+  assert.deepEqual(paused.map((s) => s.sandboxId), [other.sandboxId])
+
+  const r = await sbx.commands.run('echo $GREETING')
+  assert.equal(r.stdout, 'hello\n')
+  const metrics = await sbx.getMetrics()
+  assert.ok(Array.isArray(metrics))
+})
+
+test('commands: exit codes, stderr, envs, cwd, user', T, async () => {
+  const sbx = await create()
+  const ok = await sbx.commands.run('echo out; echo err >&2')
+  assert.equal(ok.exitCode, 0)
+  assert.equal(ok.stdout, 'out\n')
+  assert.equal(ok.stderr, 'err\n')
+  await assert.rejects(sbx.commands.run('echo bad >&2; exit 3'), (e) => {
+    assert.ok(e instanceof CommandExitError, String(e))
+    assert.equal(e.exitCode, 3)
+    assert.equal(e.stderr, 'bad\n')
+    return true
+  })
+  assert.equal((await sbx.commands.run('echo $A-$B', { envs: { A: '1', B: 'two' } })).stdout, '1-two\n')
+  assert.equal((await sbx.commands.run('pwd')).stdout, '/home/user\n')
+  assert.equal((await sbx.commands.run('whoami')).stdout, 'user\n')
+  assert.equal((await sbx.commands.run('pwd', { cwd: '/tmp' })).stdout, '/tmp\n')
+  assert.equal((await sbx.commands.run('whoami', { user: 'root' })).stdout, 'root\n')
+  const seen = []
+  await sbx.commands.run('for i in 1 2 3; do echo $i; done', { onStdout: (d) => seen.push(d) })
+  assert.equal(seen.join(''), '1\n2\n3\n')
+  // bash -l, curl, git and python3 are in the base template.
+  assert.match((await sbx.commands.run('curl --version && git --version && python3 -c "print(6*7)"')).stdout, /42/)
+})
+
+test('commands: background, list, kill, stdin, connect', T, async () => {
+  const sbx = await create()
+  const h = await sbx.commands.run('sleep 600', { background: true })
+  assert.ok(h.pid > 0)
+  const listed = await sbx.commands.list()
+  assert.ok(listed.some((p) => p.pid === h.pid), JSON.stringify(listed))
+  assert.equal(await sbx.commands.kill(h.pid), true)
+  await assert.rejects(h.wait(), CommandExitError)
+  assert.ok(!(await sbx.commands.list()).some((p) => p.pid === h.pid))
+  assert.equal(await sbx.commands.kill(h.pid), false)
+
+  const cat = await sbx.commands.run('cat', { background: true, stdin: true })
+  await sbx.commands.sendStdin(cat.pid, 'through stdin\n')
+  await sbx.commands.closeStdin(cat.pid)
+  const res = await cat.wait()
+  assert.equal(res.stdout, 'through stdin\n')
+
+  const ticker = await sbx.commands.run('for i in $(seq 1 50); do echo tick$i; sleep 0.1; done', { background: true })
+  await sleep(500)
+  await ticker.disconnect()
+  const again = await sbx.commands.connect(ticker.pid)
+  const end = await again.wait()
+  assert.equal(end.exitCode, 0)
+  assert.match(end.stdout, /tick50/)
+})
+
+test('files: text, binary, multi-file write, list, mkdir, rename, remove, exists, watch', T, async () => {
+  const sbx = await create()
+  await sbx.files.write('/home/user/hello.txt', 'hello world')
+  assert.equal(await sbx.files.read('/home/user/hello.txt'), 'hello world')
+  assert.equal(await sbx.files.read('hello.txt'), 'hello world') // relative to the user's home
+  const bin = new Uint8Array(256 * 1024).map((_, i) => (i * 7) & 255)
+  await sbx.files.write('/home/user/bin.dat', bin.buffer)
+  const back = await sbx.files.read('/home/user/bin.dat', { format: 'bytes' })
+  assert.deepEqual(Buffer.from(back), Buffer.from(bin))
+  // Files written through the SDK belong to the user: commands can change them.
+  await sbx.commands.run('echo more >> /home/user/hello.txt')
+
+  const infos = await sbx.files.write([
+    { path: '/home/user/multi/a.txt', data: 'A' },
+    { path: '/home/user/multi/b.txt', data: 'B' },
+  ])
+  assert.equal(infos.length, 2)
+  const names = (await sbx.files.list('/home/user/multi')).map((e) => e.name).sort()
+  assert.deepEqual(names, ['a.txt', 'b.txt'])
+
+  assert.equal(await sbx.files.makeDir('/home/user/d'), true)
+  assert.equal(await sbx.files.makeDir('/home/user/d'), false)
+  await sbx.files.rename('/home/user/multi/a.txt', '/home/user/d/a2.txt')
+  assert.equal(await sbx.files.exists('/home/user/d/a2.txt'), true)
+  assert.equal(await sbx.files.exists('/home/user/multi/a.txt'), false)
+  await sbx.files.remove('/home/user/d')
+  assert.equal(await sbx.files.exists('/home/user/d'), false)
+  await assert.rejects(sbx.files.read('/home/user/nope.txt'), NotFoundError)
+
+  const events = []
+  const w = await sbx.files.watchDir('/home/user', (e) => events.push(e))
+  await sbx.commands.run('echo x > /home/user/watched.txt')
+  const end = Date.now() + 10_000
+  while (!events.some((e) => e.name === 'watched.txt' && (e.type === FilesystemEventType.CREATE || e.type === FilesystemEventType.WRITE))) {
+    if (Date.now() > end) assert.fail(`no event for watched.txt: ${JSON.stringify(events)}`)
+    await sleep(100)
+  }
+  await w.stop()
+
+  // Paths never leave the sandbox: '..' and symlinks resolve inside it
+  // (this test runs on the daemon's host).
+  const mark = `escape-${process.pid}-${Date.now()}`
+  await sbx.files.write(`/../../../../tmp/${mark}-a`, 'x').catch(() => {})
+  await sbx.commands.run('ln -s / /home/user/up')
+  await sbx.files.write(`/home/user/up/tmp/${mark}-b`, 'x').catch(() => {})
+  assert.equal(existsSync(`/tmp/${mark}-a`), false)
+  assert.equal(existsSync(`/tmp/${mark}-b`), false)
+  assert.equal((await sbx.commands.run(`cat /tmp/${mark}-a /tmp/${mark}-b`)).stdout, 'xx')
+})
+
+test('setTimeout moves the end; kill; a missing sandbox', T, async () => {
+  const sbx = await create({ timeoutMs: 60_000 })
+  const before = (await sbx.getInfo()).endAt
+  await sbx.setTimeout(600_000)
+  const after = (await sbx.getInfo()).endAt
+  assert.ok(after.getTime() - before.getTime() > 400_000, `${before} -> ${after}`)
+  assert.equal(await sbx.kill(), true)
+  assert.equal(await Sandbox.kill(sbx.sandboxId), false)
+  await assert.rejects(Sandbox.getInfo(sbx.sandboxId), NotFoundError)
+  assert.equal(await sbx.isRunning(), false)
+})
+
+test('pause, then connect: files, /dev/shm, background processes and memory kept', T, async () => {
+  const sbx = await create()
+  await sbx.files.write('/home/user/kept.txt', 'on disk')
+  await sbx.commands.run('echo in-memory > /dev/shm/m')
+  const counter = await sbx.commands.run('i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.1; done', { background: true })
+  await sbx.commands.run('python3 -c "import time; time.sleep(0.1)"')
+  await sleep(500)
+  assert.equal(await sbx.pause(), true)
+  assert.equal((await Sandbox.getInfo(sbx.sandboxId)).state, 'paused')
+  assert.equal(await Sandbox.pause(sbx.sandboxId), false) // already paused
+  const n1 = Number(await sbx.files.read('/tmp/count'))
+  await sleep(1500)
+  const same = await Sandbox.connect(sbx.sandboxId)
+  assert.equal((await same.getInfo()).state, 'running')
+  assert.equal(await same.files.read('/home/user/kept.txt'), 'on disk')
+  assert.equal((await same.commands.run('cat /dev/shm/m')).stdout, 'in-memory\n')
+  assert.ok((await same.commands.list()).some((p) => p.pid === counter.pid), 'the counter survived the pause')
+  const n2 = Number((await same.commands.run('cat /tmp/count')).stdout)
+  assert.ok(n2 >= n1 && n2 < n1 + 10, `counted ${n1} before the pause and ${n2} after: it ran while paused`)
+})
+
+test('auto-pause at the timeout, auto-resume on the next call', T, async () => {
+  const sbx = await create({ timeoutMs: 3_000, lifecycle: { onTimeout: 'pause', autoResume: true } })
+  await sbx.commands.run('echo before > /dev/shm/state')
+  await waitState(sbx.sandboxId, 'paused', 30_000)
+  assert.equal((await sbx.commands.run('cat /dev/shm/state')).stdout, 'before\n')
+  assert.equal((await Sandbox.getInfo(sbx.sandboxId)).state, 'running')
+})
+
+test('the timeout kills a sandbox created without auto-pause', T, async () => {
+  const sbx = await Sandbox.create({ timeoutMs: 2_000 })
+  const end = Date.now() + 30_000
+  for (;;) {
+    const gone = await Sandbox.getInfo(sbx.sandboxId).then(() => false, (e) => e instanceof NotFoundError)
+    if (gone) break
+    if (Date.now() > end) assert.fail('still there 30 s after a 2 s timeout')
+    await sleep(250)
+  }
+})

@@ -1,0 +1,167 @@
+package e2e
+
+import (
+	"bufio"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The E2B compatibility suite: the official `e2b` and
+// `@e2b/code-interpreter` npm packages, at the versions pinned in
+// e2e/e2b/package-lock.json, drive a real daemon with real runc
+// sandboxes, configured only by the environment `torpor serve` prints.
+
+// needsE2BSDK skips unless node and the npm packages are there.
+func needsE2BSDK(t *testing.T) string {
+	t.Helper()
+	needs(t)
+	needsDebootstrap(t)
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("needs Node.js (apt-get install nodejs npm; scripts/test.sh does it)")
+	}
+	dir, _ := filepath.Abs("e2b")
+	for _, pkg := range []string{"e2b", "@e2b/code-interpreter"} {
+		if _, err := os.Stat(filepath.Join(dir, "node_modules", pkg, "package.json")); err != nil {
+			t.Skipf("needs the npm package %s: run `npm ci` in e2e/e2b (scripts/test.sh does it)", pkg)
+		}
+	}
+	return node
+}
+
+var exportRe = regexp.MustCompile(`(?m)^\s*export (E2B_[A-Z_]+)=(.*)$`)
+
+// e2bEnv reads the E2B_* lines that `torpor serve` printed, as a shell
+// would evaluate them (the key line reads the admin key file).
+func e2bEnv(t *testing.T, d *daemon) []string {
+	t.Helper()
+	var env []string
+	for _, m := range exportRe.FindAllStringSubmatch(d.stdout.String(), -1) {
+		v := m[2]
+		if f, ok := strings.CutPrefix(v, "$(cat "); ok {
+			b, err := os.ReadFile(strings.TrimSuffix(f, ")"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			v = strings.TrimSpace(string(b))
+		}
+		env = append(env, m[1]+"="+v)
+	}
+	if len(env) != 3 {
+		t.Fatalf("torpor serve printed %d E2B_* lines, want 3:\n%s", len(env), d.stdout.String())
+	}
+	return env
+}
+
+// runNode runs node's test runner on files in e2e/e2b with env, logging
+// its output as it comes, and fails the test if any of them fails.
+func runNode(t *testing.T, node string, env []string, files ...string) {
+	t.Helper()
+	cmd := exec.Command(node, append([]string{"--test", "--test-concurrency=1", "--test-reporter=spec"}, files...)...)
+	cmd.Dir = "e2b"
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var all strings.Builder
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		t.Log(sc.Text())
+		all.WriteString(sc.Text() + "\n")
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("the E2B SDK suite failed (%v)", err)
+	}
+	if !strings.Contains(all.String(), "ℹ fail 0") {
+		t.Fatalf("the node test runner reported failures or ran nothing")
+	}
+}
+
+// buildE2BTemplates builds the templates E2B programs ask for, once, with
+// the CLI (a create would otherwise wait for them).
+func buildE2BTemplates(t *testing.T, d *daemon) {
+	t.Helper()
+	start := time.Now()
+	out, errs, code := d.cli("template", "build", "--e2b")
+	if code != 0 {
+		t.Fatalf("template build --e2b: exit %d\n%s\n%s", code, out, errs)
+	}
+	t.Logf("built the E2B templates in %s", time.Since(start).Round(time.Second))
+}
+
+func TestE2BSDK(t *testing.T) {
+	node := needsE2BSDK(t)
+	dataDir := t.TempDir()
+	d := startDaemon(t, torporBin(t), dataDir)
+	buildE2BTemplates(t, d)
+	env := e2bEnv(t, d)
+	if !strings.Contains(strings.Join(env, " "), "E2B_SANDBOX_URL=http://"+d.proxy) {
+		t.Fatalf("the printed environment does not name the proxy %s: %v", d.proxy, env)
+	}
+	runNode(t, node, env, "sdk.test.mjs", "interp.test.mjs")
+
+	// The E2B_DOMAIN form: https://<port>-<id>.<domain>, with a wildcard
+	// certificate given to torpor serve and trusted through
+	// NODE_EXTRA_CA_CERTS; *.e2b.test resolves to loopback for node only.
+	d.shutdown()
+	certDir := t.TempDir()
+	cert, key := wildcardCert(t, certDir, "e2b.test")
+	d = startDaemon(t, torporBin(t), dataDir, "TORPOR_PROXY_DOMAIN=e2b.test", "TORPOR_PROXY_TLS_CERT="+cert, "TORPOR_PROXY_TLS_KEY="+key)
+	env = e2bEnv(t, d)
+	_, port, _ := net.SplitHostPort(d.proxy)
+	if !strings.Contains(strings.Join(env, " "), "E2B_DOMAIN=e2b.test:"+port) {
+		t.Fatalf("with TLS, torpor serve should print the E2B_DOMAIN form: %v", env)
+	}
+	preload, _ := filepath.Abs("e2b/resolve-test-domain.cjs")
+	env = append(env, "NODE_EXTRA_CA_CERTS="+cert, "NODE_OPTIONS=--require="+preload)
+	runNode(t, node, env, "domain.test.mjs")
+}
+
+// wildcardCert writes a self-signed certificate for *.domain and its key.
+func wildcardCert(t *testing.T, dir, domain string) (certFile, keyFile string) {
+	t.Helper()
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "*." + domain},
+		DNSNames: []string{"*." + domain}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true, IsCA: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kd, err := x509.MarshalECPrivateKey(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kd}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile
+}
