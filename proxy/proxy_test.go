@@ -130,7 +130,7 @@ func newFixture(t testing.TB, opts ...func(*proxy.Config)) *fixture {
 		return d.DialContext(ctx, network, to)
 	}
 	f.eng, err = lifecycle.New(lifecycle.Config{Store: st, Runtimes: []torpor.Runtime{fake.New(f.host)},
-		Capacity: lifecycle.Capacity{VCPUs: 4, MemoryMiB: 4096}})
+		Capacity: lifecycle.Capacity{VCPUs: 2, MemoryMiB: 2048}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,14 +33,14 @@ func (echoService) ServeSandbox(w http.ResponseWriter, r *http.Request, sb *torp
 
 func TestServicePorts(t *testing.T) {
 	f := newFixture(t, func(c *proxy.Config) { c.Services = map[int]proxy.Service{49983: echoService{}} })
+	gone := f.create(t, torpor.CreateRequest{})
+	if _, err := f.eng.Delete(ctx, "acme", gone.ID); err != nil {
+		t.Fatal(err)
+	}
 	sb := f.create(t, torpor.CreateRequest{})
 	noResume := false
 	asleep := f.create(t, torpor.CreateRequest{PolicyRequest: torpor.PolicyRequest{Timeout: torpor.Seconds(60), Lifecycle: &torpor.Lifecycle{OnTimeout: "pause", AutoResume: &noResume}}})
 	if _, err := f.eng.Pause(ctx, "acme", asleep.ID, ""); err != nil {
-		t.Fatal(err)
-	}
-	gone := f.create(t, torpor.CreateRequest{})
-	if _, err := f.eng.Delete(ctx, "acme", gone.ID); err != nil {
 		t.Fatal(err)
 	}
 	e2b := func(id, token string) map[string]string {
