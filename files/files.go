@@ -158,11 +158,21 @@ type Listing struct {
 	Truncated bool `json:"truncated"`
 }
 
+// Owner is a file's numeric owner, as the sandbox's /etc/passwd and
+// /etc/group number them.
+type Owner struct {
+	UID uint32 `json:"uid"`
+	GID uint32 `json:"gid"`
+}
+
 // WriteOptions tune Write.
 type WriteOptions struct {
 	// Mode sets the permission bits; nil keeps those of the file being
 	// replaced, or 0644 for a new file.
 	Mode *Mode
+	// Owner owns the file written and the parent directories Write makes;
+	// nil: a replaced file keeps its owner, new ones get their directory's.
+	Owner *Owner
 }
 
 // MkdirOptions tune Mkdir.
@@ -171,6 +181,9 @@ type MkdirOptions struct {
 	Parents bool
 	// Mode of the new directory; nil is 0755.
 	Mode *Mode
+	// Owner owns the directories made; nil: the owner of the directory
+	// each is made in.
+	Owner *Owner
 }
 
 // TarResult tells what an extraction did.

@@ -80,7 +80,8 @@ func (r *Root) Stat(p string) (Info, error) {
 // complete, so p is never seen half-written and a failed write leaves
 // nothing. Missing parent directories are made. A final symlink is
 // replaced, not followed. A new file gets the owner of its directory; a
-// replaced regular file keeps its owner, and its mode unless o.Mode says.
+// replaced regular file keeps its owner, and its mode unless o.Mode says;
+// o.Owner, when set, owns the file and the directories made for it.
 func (r *Root) Write(p string, src io.Reader, o WriteOptions) (Info, error) {
 	p, err := Clean("path", p)
 	if err != nil {
@@ -91,12 +92,12 @@ func (r *Root) Write(p string, src io.Reader, o WriteOptions) (Info, error) {
 	}
 	dir, name := path.Split(p)
 	dir = path.Clean(dir)
-	dirfd, err := mkdirAll(r.fd, rel(dir), inRoot, defaultDirMode, dir)
+	dirfd, err := mkdirAll(r.fd, rel(dir), inRoot, defaultDirMode, o.Owner, dir)
 	if err != nil {
 		return Info{}, err
 	}
 	defer unix.Close(dirfd)
-	if _, err := writeIn(dirfd, name, p, src, o.Mode, nil); err != nil {
+	if _, err := writeIn(dirfd, name, p, src, o.Mode, o.Owner, nil); err != nil {
 		return Info{}, err
 	}
 	return statAt(dirfd, name, p)
@@ -114,7 +115,7 @@ func (r *Root) Mkdir(p string, o MkdirOptions) (Info, error) {
 		perm = *o.Mode
 	}
 	if o.Parents {
-		fd, err := mkdirAll(r.fd, rel(p), inRoot, perm, p)
+		fd, err := mkdirAll(r.fd, rel(p), inRoot, perm, o.Owner, p)
 		if err != nil {
 			return Info{}, err
 		}
@@ -126,7 +127,7 @@ func (r *Root) Mkdir(p string, o MkdirOptions) (Info, error) {
 		return Info{}, err
 	}
 	defer unix.Close(dirfd)
-	if err := mkdirIn(dirfd, name, perm); err != nil {
+	if err := mkdirIn(dirfd, name, perm, o.Owner); err != nil {
 		return Info{}, pathError(p, err)
 	}
 	return statAt(dirfd, name, p)

@@ -76,9 +76,9 @@ func (r *Root) parent(param, p string) (int, string, error) {
 // mkdirAll makes the directory p below base (relative, "." for base
 // itself) and its missing parents, one component at a time, each resolved
 // from base by res; it returns the directory opened O_PATH. New
-// directories get perm and the owner of the directory they are made in.
-// shown is how p is named in errors.
-func mkdirAll(base int, p string, res uint64, perm Mode, shown string) (int, error) {
+// directories get perm and owner (nil: the owner of the directory they
+// are made in). shown is how p is named in errors.
+func mkdirAll(base int, p string, res uint64, perm Mode, owner *Owner, shown string) (int, error) {
 	fd, err := openat2(base, p, unix.O_PATH|unix.O_DIRECTORY, 0, res)
 	if err != unix.ENOENT {
 		return fd, pathError(shown, err)
@@ -92,7 +92,7 @@ func mkdirAll(base int, p string, res uint64, perm Mode, shown string) (int, err
 		prefix = path.Join(prefix, part)
 		next, err := openat2(base, prefix, unix.O_PATH|unix.O_DIRECTORY, 0, res)
 		if err == unix.ENOENT {
-			if err = mkdirIn(cur, part, perm); err == nil || err == unix.EEXIST {
+			if err = mkdirIn(cur, part, perm, owner); err == nil || err == unix.EEXIST {
 				next, err = openat2(base, prefix, unix.O_PATH|unix.O_DIRECTORY, 0, res)
 			}
 		}
@@ -106,8 +106,8 @@ func mkdirAll(base int, p string, res uint64, perm Mode, shown string) (int, err
 }
 
 // mkdirIn makes directory name in dirfd with mode perm (umask aside) and
-// the owner of dirfd.
-func mkdirIn(dirfd int, name string, perm Mode) error {
+// owner, or the owner of dirfd when owner is nil.
+func mkdirIn(dirfd int, name string, perm Mode, owner *Owner) error {
 	if err := unix.Mkdirat(dirfd, name, 0o700); err != nil {
 		return err
 	}
@@ -116,17 +116,21 @@ func mkdirIn(dirfd int, name string, perm Mode) error {
 		return err
 	}
 	defer unix.Close(fd)
-	return chownLike(fd, dirfd, perm)
+	return chownLike(fd, dirfd, perm, owner)
 }
 
-// chownLike gives fd the owner of the directory dirfd, then mode perm
-// (after the owner: chown clears setuid and setgid).
-func chownLike(fd, dirfd int, perm Mode) error {
-	var st unix.Stat_t
-	if err := unix.Fstat(dirfd, &st); err != nil {
-		return err
+// chownLike gives fd owner, or the owner of the directory dirfd when
+// owner is nil, then mode perm (after the owner: chown clears setuid and
+// setgid).
+func chownLike(fd, dirfd int, perm Mode, owner *Owner) error {
+	if owner == nil {
+		var st unix.Stat_t
+		if err := unix.Fstat(dirfd, &st); err != nil {
+			return err
+		}
+		owner = &Owner{UID: st.Uid, GID: st.Gid}
 	}
-	if err := unix.Fchown(fd, int(st.Uid), int(st.Gid)); err != nil {
+	if err := unix.Fchown(fd, int(owner.UID), int(owner.GID)); err != nil {
 		return err
 	}
 	return unix.Fchmod(fd, uint32(perm))

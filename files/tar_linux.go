@@ -170,7 +170,7 @@ func (r *Root) ExtractTar(dir string, src io.Reader) (TarResult, error) {
 	if err != nil {
 		return TarResult{}, err
 	}
-	base, err := mkdirAll(r.fd, rel(dir), inRoot, defaultDirMode, dir)
+	base, err := mkdirAll(r.fd, rel(dir), inRoot, defaultDirMode, nil, dir)
 	if err != nil {
 		return TarResult{}, err
 	}
@@ -279,7 +279,7 @@ func entryName(n string) (string, string) {
 // component.
 func (x *extractor) parent(name, p string) (int, string, error) {
 	dir, base := path.Split(name)
-	fd, err := mkdirAll(x.base, path.Clean(dir), beneath, defaultDirMode, path.Dir(p))
+	fd, err := mkdirAll(x.base, path.Clean(dir), beneath, defaultDirMode, nil, path.Dir(p))
 	return fd, base, err
 }
 
@@ -292,7 +292,7 @@ func (x *extractor) mkdir(name, p string, mode Mode) error {
 		return err
 	}
 	defer unix.Close(dirfd)
-	err = mkdirIn(dirfd, base, mode)
+	err = mkdirIn(dirfd, base, mode, nil)
 	if err == unix.EEXIST && isDirAt(dirfd, base) {
 		err = nil // already there: its mode stays
 	}
@@ -306,7 +306,7 @@ func (x *extractor) file(tr *tar.Reader, name, p string, h *tar.Header) (int64, 
 	}
 	defer unix.Close(dirfd)
 	mode := Mode(h.Mode & MaxMode)
-	return writeIn(dirfd, base, p, sourceReader{tr}, &mode, &h.ModTime)
+	return writeIn(dirfd, base, p, sourceReader{tr}, &mode, nil, &h.ModTime)
 }
 
 // symlink makes the symlink name → target as it is, replacing what is

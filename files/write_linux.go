@@ -66,9 +66,10 @@ type attrs struct {
 
 // targetAttrs decides the owner and mode of the file that will replace
 // name in dirfd: those of a regular file already there (mode unless
-// given), else the directory's owner and the given mode or 0644. A
-// directory in the way is a conflict, found before any data is copied.
-func targetAttrs(dirfd int, name, p string, mode *Mode) (attrs, error) {
+// given), else the directory's owner and the given mode or 0644; owner,
+// when set, replaces the owner either way. A directory in the way is a
+// conflict, found before any data is copied.
+func targetAttrs(dirfd int, name, p string, mode *Mode, owner *Owner) (attrs, error) {
 	var st unix.Stat_t
 	err := unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW)
 	if err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
@@ -84,14 +85,17 @@ func targetAttrs(dirfd int, name, p string, mode *Mode) (attrs, error) {
 	if mode != nil {
 		a.mode = *mode
 	}
+	if owner != nil {
+		a.uid, a.gid = int(owner.UID), int(owner.GID)
+	}
 	return a, nil
 }
 
 // writeIn writes src to name in dirfd atomically, through a temporary
-// file in dirfd renamed over name. mtime, when set, becomes the file's
-// modification time. It returns the bytes written.
-func writeIn(dirfd int, name, p string, src io.Reader, mode *Mode, mtime *time.Time) (int64, error) {
-	a, err := targetAttrs(dirfd, name, p, mode)
+// file in dirfd renamed over name, owned by owner when set. mtime, when
+// set, becomes the file's modification time. It returns the bytes written.
+func writeIn(dirfd int, name, p string, src io.Reader, mode *Mode, owner *Owner, mtime *time.Time) (int64, error) {
+	a, err := targetAttrs(dirfd, name, p, mode, owner)
 	if err != nil {
 		return 0, err
 	}
