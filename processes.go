@@ -2,6 +2,7 @@ package torpor
 
 import (
 	"context"
+	"regexp"
 	"strings"
 	"time"
 )
@@ -21,6 +22,10 @@ const (
 	MaxProcessStdin = 1 << 20
 	// MaxProcessOutputRead bounds the output returned by one read.
 	MaxProcessOutputRead = 1 << 20
+	// MaxProcessWait bounds how long one read waits for new output.
+	MaxProcessWait = 10 * time.Second
+	// maxProcessTag bounds a process's tag.
+	maxProcessTag = 256
 )
 
 // ProcessSignals are the signals a background process may be sent.
@@ -29,8 +34,27 @@ var ProcessSignals = []string{"TERM", "KILL", "INT", "HUP"}
 // ProcessRequest starts a background process in a sandbox.
 type ProcessRequest struct {
 	Cmd []string
+	// Env is merged over the sandbox's environment.
 	Env map[string]string
+	// Cwd is the working directory; empty: the user's home when User is
+	// set, else the sandbox's default.
 	Cwd string
+	// User runs the process as a user of the sandbox: a name from its
+	// /etc/passwd, or uid[:gid]. Empty: root. A named user also gets
+	// HOME, USER and LOGNAME.
+	User string
+	// Tag is a caller's name for the process (E2B's tag).
+	Tag string
+	// NoStdin starts the process with its stdin on /dev/null.
+	NoStdin bool
+	// Stderr keeps the process's stderr apart from its stdout, for reads
+	// that split them (ProcessRead.Split). Otherwise both share one pipe:
+	// the combined output keeps the exact order they were written in, and
+	// a split read has it all as stdout.
+	Stderr bool
+	// Timeout kills the process (and its group) when it runs longer
+	// (0: no limit).
+	Timeout time.Duration
 	// MinID asks the runtime for an id at least this large, so that ids
 	// stay distinct across boots of the sandbox (set by the engine).
 	MinID int
@@ -46,6 +70,11 @@ type ProcessInfo struct {
 	StartedAt time.Time `json:"started_at"`
 	// Boot is the sandbox's boot count when the process was started.
 	Boot int `json:"boot,omitempty"`
+	// What the process was started with, when given.
+	Env  map[string]string `json:"env,omitempty"`
+	Cwd  string            `json:"cwd,omitempty"`
+	User string            `json:"user,omitempty"`
+	Tag  string            `json:"tag,omitempty"`
 }
 
 // ProcessOutput is a process's combined stdout and stderr from an
@@ -59,6 +88,28 @@ type ProcessOutput struct {
 	Next     int64  `json:"next"`
 	Ended    bool   `json:"ended"`
 	ExitCode *int   `json:"exit_code,omitempty"`
+	// Chunks is the output split by stream, when the read asked for it
+	// (ProcessRead.Split); Data is then empty.
+	Chunks []ProcessChunk `json:"-"`
+	// Signal is the signal that ended the process (0: it exited by
+	// itself), once Ended.
+	Signal int `json:"-"`
+}
+
+// ProcessChunk is a run of a process's output from one of its streams.
+type ProcessChunk struct {
+	Stderr bool
+	Data   []byte
+}
+
+// ProcessRead is a read of a process's output.
+type ProcessRead struct {
+	Offset int64
+	// Wait, when there is nothing new at Offset, waits up to this long
+	// (at most MaxProcessWait) for output or the end before answering.
+	Wait time.Duration
+	// Split returns the output by stream (ProcessOutput.Chunks).
+	Split bool
 }
 
 // ProcessRunner is an optional Runtime capability: background processes
@@ -68,6 +119,8 @@ type ProcessRunner interface {
 	StartProcess(ctx context.Context, ref InstanceRef, req ProcessRequest) (ProcessInfo, error)
 	ListProcesses(ctx context.Context, ref InstanceRef) ([]ProcessInfo, error)
 	ProcessOutput(ctx context.Context, ref InstanceRef, id int, offset int64) (ProcessOutput, error)
+	// ReadProcess is ProcessOutput with the options of ProcessRead.
+	ReadProcess(ctx context.Context, ref InstanceRef, id int, req ProcessRead) (ProcessOutput, error)
 	WriteProcessStdin(ctx context.Context, ref InstanceRef, id int, data []byte, close bool) error
 	SignalProcess(ctx context.Context, ref InstanceRef, id int, signal string) error
 }
@@ -86,8 +139,31 @@ func ValidateProcess(req ProcessRequest) error {
 	if req.Cwd != "" && !strings.HasPrefix(req.Cwd, "/") {
 		return Invalid("cwd", "must be an absolute path")
 	}
+	if req.User != "" && !processUserRe.MatchString(req.User) {
+		return Invalid("user", "must be a user name or uid[:gid]")
+	}
+	if len(req.Tag) > maxProcessTag || strings.ContainsRune(req.Tag, 0) {
+		return Invalid("tag", "must be at most %d bytes without NUL", maxProcessTag)
+	}
+	if req.Timeout < 0 {
+		return Invalid("timeout", "must not be negative")
+	}
 	return nil
 }
+
+// ValidateProcessRead checks a read of a process's output.
+func ValidateProcessRead(req ProcessRead) error {
+	if req.Offset < 0 {
+		return Invalid("offset", "must not be negative")
+	}
+	if req.Wait < 0 {
+		return Invalid("wait", "must not be negative")
+	}
+	return nil
+}
+
+// processUserRe is a user name or uid[:gid].
+var processUserRe = regexp.MustCompile(`^([A-Za-z_][A-Za-z0-9_.-]{0,31}|[0-9]{1,10}(:[0-9]{1,10})?)$`)
 
 // NormalizeSignal returns the signal's name without a "SIG" prefix, in
 // upper case, or an invalid-argument error when it is not one of

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/torpor-dev/torpor"
@@ -25,7 +26,8 @@ func (p ProcessClient) StartProcess(ctx context.Context, ref torpor.InstanceRef,
 	if err := torpor.ValidateProcess(req); err != nil {
 		return torpor.ProcessInfo{}, err
 	}
-	res, err := p.proc(ctx, ref, ProcRequest{Op: ProcStart, Cmd: req.Cmd, Env: req.Env, Cwd: req.Cwd, MinID: req.MinID})
+	res, err := p.proc(ctx, ref, ProcRequest{Op: ProcStart, Cmd: req.Cmd, Env: req.Env, Cwd: req.Cwd, MinID: req.MinID,
+		User: req.User, Tag: req.Tag, NoStdin: req.NoStdin, Stderr: req.Stderr, TimeoutMS: timeoutMS(req.Timeout)})
 	if err != nil {
 		return torpor.ProcessInfo{}, err
 	}
@@ -49,10 +51,17 @@ func (p ProcessClient) ListProcesses(ctx context.Context, ref torpor.InstanceRef
 
 // ProcessOutput reads a background process's output from offset.
 func (p ProcessClient) ProcessOutput(ctx context.Context, ref torpor.InstanceRef, id int, offset int64) (torpor.ProcessOutput, error) {
-	if offset < 0 {
-		return torpor.ProcessOutput{}, torpor.Invalid("offset", "must not be negative")
+	return p.ReadProcess(ctx, ref, id, torpor.ProcessRead{Offset: offset})
+}
+
+// ReadProcess reads a background process's output: from an offset,
+// waiting for some when asked, split by stream when asked.
+func (p ProcessClient) ReadProcess(ctx context.Context, ref torpor.InstanceRef, id int, req torpor.ProcessRead) (torpor.ProcessOutput, error) {
+	if err := torpor.ValidateProcessRead(req); err != nil {
+		return torpor.ProcessOutput{}, err
 	}
-	res, err := p.proc(ctx, ref, ProcRequest{Op: ProcOutput, ID: id, Offset: offset})
+	res, err := p.proc(ctx, ref, ProcRequest{Op: ProcOutput, ID: id, Offset: req.Offset,
+		WaitMS: min(req.Wait, torpor.MaxProcessWait).Milliseconds(), Split: req.Split})
 	if err != nil {
 		return torpor.ProcessOutput{}, err
 	}
@@ -61,7 +70,19 @@ func (p ProcessClient) ProcessOutput(ctx context.Context, ref torpor.InstanceRef
 	}
 	out := *res.Output
 	out.Data = string(res.Data)
+	out.Signal = res.Signal
+	for _, c := range res.Chunks {
+		out.Chunks = append(out.Chunks, torpor.ProcessChunk{Stderr: c.Stderr, Data: c.Data})
+	}
 	return out, nil
+}
+
+// timeoutMS is d in milliseconds, rounded up so that a limit is never 0.
+func timeoutMS(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
 
 // WriteProcessStdin writes to a background process's stdin, and closes it

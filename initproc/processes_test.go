@@ -2,7 +2,9 @@ package initproc
 
 import (
 	"bytes"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -130,5 +132,208 @@ func TestProcessTableDropsTheOldestExited(t *testing.T) {
 	}
 	if l := tb.list(); len(l) != maxProcesses || l[0].ID != 2 {
 		t.Fatalf("%d, first %d", len(l), l[0].ID)
+	}
+}
+
+func TestRingKeepsWhichStreamEachByteCameFrom(t *testing.T) {
+	r := newRing(8)
+	r.writeStream([]byte("ab"), false)
+	r.writeStream([]byte("cd"), true)
+	r.writeStream([]byte("e"), true)
+	r.writeStream([]byte("f"), false)
+	show := func(cs []ProcChunk) string {
+		var b strings.Builder
+		for _, c := range cs {
+			if c.Stderr {
+				b.WriteString("E:")
+			} else {
+				b.WriteString("O:")
+			}
+			b.Write(c.Data)
+			b.WriteString(" ")
+		}
+		return b.String()
+	}
+	if cs, from, next, end := r.readChunks(0, 100); show(cs) != "O:ab E:cde O:f " || from != 0 || next != 6 || end != 6 {
+		t.Fatalf("%q %d %d %d", show(cs), from, next, end)
+	}
+	if cs, from, next, _ := r.readChunks(1, 3); show(cs) != "O:b E:cd " || from != 1 || next != 4 {
+		t.Fatalf("middle: %q %d %d", show(cs), from, next)
+	}
+	// The combined view is unchanged.
+	if d, _, _, _ := r.read(0, 100); string(d) != "abcdef" {
+		t.Fatalf("combined %q", d)
+	}
+	r.writeStream([]byte("ghij"), true) // drops "ab": the first run goes
+	if cs, from, _, _ := r.readChunks(0, 100); show(cs) != "E:cde O:f E:ghij " || from != 2 {
+		t.Fatalf("after a drop: %q %d", show(cs), from)
+	}
+	if len(r.segs) != 3 {
+		t.Fatalf("runs kept: %+v", r.segs)
+	}
+}
+
+func TestRingBoundsItsRuns(t *testing.T) {
+	r := newRing(1 << 20)
+	for i := 0; i < maxSegments+10; i++ {
+		r.writeStream([]byte("x"), i%2 == 1)
+	}
+	if len(r.segs) > maxSegments {
+		t.Fatalf("%d runs kept", len(r.segs))
+	}
+	cs, from, next, _ := r.readChunks(0, 1<<20)
+	if int64(len(cs)) != next-from || from == 0 {
+		t.Fatalf("%d chunks for %d..%d", len(cs), from, next)
+	}
+}
+
+// follow reads a process's output by stream with waiting reads until it
+// ends, and counts the reads.
+func follow(t *testing.T, tb *procTable, id int) (stdout, stderr string, end ProcResponse, reads int) {
+	t.Helper()
+	var o, e strings.Builder
+	var offset int64
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		res := tb.handle(ProcRequest{Op: ProcOutput, ID: id, Offset: offset, WaitMS: 5000, Split: true})
+		reads++
+		if res.Output == nil {
+			t.Fatalf("output: %+v", res)
+		}
+		if len(res.Data) != 0 {
+			t.Fatalf("a split read carries data outside chunks: %q", res.Data)
+		}
+		for _, c := range res.Chunks {
+			if c.Stderr {
+				e.Write(c.Data)
+			} else {
+				o.Write(c.Data)
+			}
+		}
+		offset = res.Output.Next
+		if res.Output.Ended {
+			return o.String(), e.String(), res, reads
+		}
+	}
+	t.Fatalf("no end; so far %q %q", o.String(), e.String())
+	return
+}
+
+func TestProcessTableKeepsStderrApartAndWaits(t *testing.T) {
+	tb := newProcTable()
+	res := tb.handle(ProcRequest{Op: ProcStart, Stderr: true,
+		Cmd: []string{"/bin/sh", "-c", `echo out; echo err >&2; sleep 0.3; echo late; exit 4`}})
+	if res.Info == nil {
+		t.Fatalf("start: %+v", res)
+	}
+	start := time.Now()
+	out, errs, end, reads := follow(t, tb, res.Info.ID)
+	if out != "out\nlate\n" || errs != "err\n" {
+		t.Fatalf("stdout %q stderr %q", out, errs)
+	}
+	if *end.Output.ExitCode != 4 || end.Signal != 0 {
+		t.Fatalf("end %+v signal %d", end.Output, end.Signal)
+	}
+	// Waiting reads, not a poll: a handful for three writes and the end.
+	if reads > 6 {
+		t.Fatalf("%d reads", reads)
+	}
+	if time.Since(start) > 5*time.Second {
+		t.Fatalf("the reads waited out their bound: %v", time.Since(start))
+	}
+	// The combined view (the native API's) still has everything.
+	if d, _ := waitOutput(t, tb, res.Info.ID, 0, "late\n"); d != "out\nerr\nlate\n" && d != "err\nout\nlate\n" {
+		t.Fatalf("combined %q", d)
+	}
+}
+
+func TestProcessTableWaitIsBounded(t *testing.T) {
+	tb := newProcTable()
+	res := tb.handle(ProcRequest{Op: ProcStart, Cmd: []string{"sleep", "30"}})
+	defer tb.handle(ProcRequest{Op: ProcSignal, ID: res.Info.ID, Signal: "KILL"})
+	start := time.Now()
+	r := tb.handle(ProcRequest{Op: ProcOutput, ID: res.Info.ID, WaitMS: 200, Split: true})
+	if took := time.Since(start); took < 150*time.Millisecond || took > 3*time.Second || r.Output.Ended || len(r.Chunks) != 0 {
+		t.Fatalf("took %v: %+v", took, r.Output)
+	}
+	// No wait asked: at once.
+	start = time.Now()
+	tb.handle(ProcRequest{Op: ProcOutput, ID: res.Info.ID})
+	if took := time.Since(start); took > 100*time.Millisecond {
+		t.Fatalf("a plain read took %v", took)
+	}
+}
+
+func TestProcessTableTimeoutKills(t *testing.T) {
+	tb := newProcTable()
+	res := tb.handle(ProcRequest{Op: ProcStart, Cmd: []string{"sleep", "30"}, TimeoutMS: 300})
+	start := time.Now()
+	_, _, end, _ := follow(t, tb, res.Info.ID)
+	if end.Signal != int(syscall.SIGKILL) || *end.Output.ExitCode != 128+9 {
+		t.Fatalf("end %+v signal %d", end.Output, end.Signal)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("killed after %v", took)
+	}
+	if r := tb.handle(ProcRequest{Op: ProcStart, Cmd: []string{"true"}, TimeoutMS: -1}); r.Invalid == "" {
+		t.Fatalf("negative timeout: %+v", r)
+	}
+}
+
+func TestProcessTableStdinOffAndTagAndConfig(t *testing.T) {
+	tb := newProcTable()
+	res := tb.handle(ProcRequest{Op: ProcStart, Cmd: []string{"/bin/sh", "-c", "cat; echo done"}, NoStdin: true,
+		Tag: "web", Env: map[string]string{"A": "1"}, Cwd: "/tmp"})
+	if res.Info == nil || res.Info.Tag != "web" || res.Info.Cwd != "/tmp" || res.Info.Env["A"] != "1" {
+		t.Fatalf("start: %+v", res)
+	}
+	// cat reads /dev/null: it ends at once.
+	if out, _, end, _ := follow(t, tb, res.Info.ID); out != "done\n" || *end.Output.ExitCode != 0 {
+		t.Fatalf("%q %+v", out, end.Output)
+	}
+	if r := tb.handle(ProcRequest{Op: ProcStdin, ID: res.Info.ID, Data: []byte("x")}); r.Conflict == "" {
+		t.Fatalf("stdin of a process started without: %+v", r)
+	}
+	if l := tb.list(); len(l) != 1 || l[0].Tag != "web" {
+		t.Fatalf("list %+v", l)
+	}
+}
+
+func TestProcessTableRunsAsAUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("switching users needs root")
+	}
+	tb := newProcTable()
+	cases := []struct {
+		user, cwd, want string
+	}{
+		{"root", "", "0 0 /root /root root\n"},
+		{"nobody", "/tmp", "65534 /tmp"},
+		{"12345:54321", "", "12345 54321 / "},
+	}
+	for _, c := range cases {
+		res := tb.handle(ProcRequest{Op: ProcStart, User: c.user, Cwd: c.cwd,
+			Cmd: []string{"/bin/sh", "-c", `echo $(id -u) $(id -g) $PWD $HOME $USER`}})
+		if res.Info == nil {
+			t.Fatalf("%s: %+v", c.user, res)
+		}
+		out, errs, _, _ := follow(t, tb, res.Info.ID)
+		if !strings.HasPrefix(out, c.want) && !strings.Contains(out, c.want) {
+			t.Errorf("%s: %q (stderr %q), want %q", c.user, out, errs, c.want)
+		}
+	}
+	for _, bad := range []string{"no-such-user-here", "1:x"} {
+		if r := tb.handle(ProcRequest{Op: ProcStart, User: bad, Cmd: []string{"true"}}); r.Invalid == "" || r.Param != "user" {
+			t.Errorf("user %q: %+v", bad, r)
+		}
+	}
+}
+
+func TestProcessTableWithoutStderrKeepsOnePipe(t *testing.T) {
+	tb := newProcTable()
+	res := tb.handle(ProcRequest{Op: ProcStart, Cmd: []string{"/bin/sh", "-c", `echo a; echo b >&2; echo c`}})
+	out, errs, _, _ := follow(t, tb, res.Info.ID)
+	if out != "a\nb\nc\n" || errs != "" {
+		t.Fatalf("stdout %q stderr %q", out, errs)
 	}
 }

@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"fmt"
 	"sort"
 
 	"github.com/torpor-dev/torpor"
@@ -194,4 +195,42 @@ func (e *Engine) SignalProcess(ctx context.Context, tenant, id string, pid int, 
 	}
 	defer e.done(tenant, id, e.now())
 	return e.gone(sb, pid, pr.SignalProcess(ctx, ref(sb), pid, sig))
+}
+
+// ReadProcess reads a background process's output for a follower that
+// streams it (envd): unlike ProcessOutput it never wakes the sandbox and
+// is not activity, so that a stream left open neither keeps a sandbox
+// from pausing nor resumes it. A sandbox that is not running is a
+// conflict whose error carries the state (torpor.Error.State): a
+// follower waits for it to run again (see EventsChanged), and stops at
+// terminated (gone).
+func (e *Engine) ReadProcess(ctx context.Context, tenant, id string, pid int, req torpor.ProcessRead) (torpor.ProcessOutput, error) {
+	if err := torpor.ValidateProcessRead(req); err != nil {
+		return torpor.ProcessOutput{}, err
+	}
+	sb, err := e.load(ctx, tenant, id)
+	if err != nil {
+		return torpor.ProcessOutput{}, err
+	}
+	switch sb.State {
+	case torpor.StateRunning:
+	case torpor.StateTerminated:
+		return torpor.ProcessOutput{}, gone(sb)
+	default:
+		return torpor.ProcessOutput{}, &torpor.Error{Code: torpor.EConflict, State: sb.State, Reason: "state",
+			Message: fmt.Sprintf("sandbox %s is %s", sb.ID, sb.State)}
+	}
+	rt, err := e.runtime(sb.Runtime.Kind)
+	if err != nil {
+		return torpor.ProcessOutput{}, err
+	}
+	pr, ok := rt.(torpor.ProcessRunner)
+	if !ok {
+		return torpor.ProcessOutput{}, torpor.Errorf(torpor.EInvalid, "the %s runtime cannot run background processes", rt.Kind())
+	}
+	out, err := pr.ReadProcess(ctx, ref(sb), pid, req)
+	if err != nil {
+		return torpor.ProcessOutput{}, e.gone(sb, pid, err)
+	}
+	return out, nil
 }

@@ -17,6 +17,13 @@ var _ torpor.ProcessRunner = (*Runtime)(nil)
 type fakeProc struct {
 	info torpor.ProcessInfo
 	out  []byte
+	// changed is closed and replaced when out grows or the process ends.
+	changed chan struct{}
+}
+
+func (p *fakeProc) notify() {
+	close(p.changed)
+	p.changed = make(chan struct{})
 }
 
 var fakeSignals = map[string]int{"HUP": 1, "INT": 2, "KILL": 9, "TERM": 15}
@@ -65,8 +72,9 @@ func (r *Runtime) StartProcess(ctx context.Context, ref torpor.InstanceRef, req 
 	for k := range in.procs {
 		id = max(id, k+1)
 	}
-	p := &fakeProc{info: torpor.ProcessInfo{ID: id, Cmd: req.Cmd, Pid: 1000 + id, State: torpor.ProcessRunning, StartedAt: time.Now().UTC()},
-		out: []byte(strings.Join(req.Cmd, " ") + "\n")}
+	p := &fakeProc{info: torpor.ProcessInfo{ID: id, Cmd: req.Cmd, Pid: 1000 + id, State: torpor.ProcessRunning, StartedAt: time.Now().UTC(),
+		Env: req.Env, Cwd: req.Cwd, User: req.User, Tag: req.Tag},
+		out: []byte(strings.Join(req.Cmd, " ") + "\n"), changed: make(chan struct{})}
 	in.procs[id] = p
 	return p.info, nil
 }
@@ -89,21 +97,56 @@ func (r *Runtime) ListProcesses(ctx context.Context, ref torpor.InstanceRef) ([]
 
 // ProcessOutput reads a toy process's output.
 func (r *Runtime) ProcessOutput(ctx context.Context, ref torpor.InstanceRef, id int, offset int64) (torpor.ProcessOutput, error) {
-	if offset < 0 {
-		return torpor.ProcessOutput{}, torpor.Invalid("offset", "must not be negative")
-	}
-	r.h.mu.Lock()
-	defer r.h.mu.Unlock()
-	p, err := r.fakeProc(ref.SandboxID, id)
-	if err != nil {
+	return r.ReadProcess(ctx, ref, id, torpor.ProcessRead{Offset: offset})
+}
+
+// ReadProcess reads a toy process's output (all of it stdout), waiting
+// for some when asked.
+func (r *Runtime) ReadProcess(ctx context.Context, ref torpor.InstanceRef, id int, req torpor.ProcessRead) (torpor.ProcessOutput, error) {
+	if err := torpor.ValidateProcessRead(req); err != nil {
 		return torpor.ProcessOutput{}, err
 	}
-	from := min(offset, int64(len(p.out)))
-	out := torpor.ProcessOutput{Data: string(p.out[from:]), Offset: from, Next: int64(len(p.out))}
-	if p.info.State == torpor.ProcessExited {
-		out.Ended, out.ExitCode = true, p.info.ExitCode
+	var timeout <-chan time.Time
+	if wait := min(req.Wait, torpor.MaxProcessWait); wait > 0 {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		timeout = t.C
 	}
-	return out, nil
+	for {
+		r.h.mu.Lock()
+		p, err := r.fakeProc(ref.SandboxID, id)
+		if err != nil {
+			r.h.mu.Unlock()
+			return torpor.ProcessOutput{}, err
+		}
+		from := min(req.Offset, int64(len(p.out)))
+		out := torpor.ProcessOutput{Offset: from, Next: int64(len(p.out))}
+		if req.Split {
+			if from < out.Next {
+				out.Chunks = []torpor.ProcessChunk{{Data: append([]byte(nil), p.out[from:]...)}}
+			}
+		} else {
+			out.Data = string(p.out[from:])
+		}
+		if p.info.State == torpor.ProcessExited {
+			out.Ended, out.ExitCode = true, p.info.ExitCode
+			if c := *p.info.ExitCode; c > 128 {
+				out.Signal = c - 128
+			}
+		}
+		changed := p.changed
+		r.h.mu.Unlock()
+		if out.Next > from || out.Ended || timeout == nil {
+			return out, nil
+		}
+		select {
+		case <-changed:
+		case <-timeout:
+			return out, nil
+		case <-ctx.Done():
+			return torpor.ProcessOutput{}, ctx.Err()
+		}
+	}
 }
 
 // WriteProcessStdin appends data to the toy process's output.
@@ -124,6 +167,7 @@ func (r *Runtime) WriteProcessStdin(ctx context.Context, ref torpor.InstanceRef,
 	if close {
 		p.exit(0)
 	}
+	p.notify()
 	return nil
 }
 
@@ -143,6 +187,7 @@ func (r *Runtime) SignalProcess(ctx context.Context, ref torpor.InstanceRef, id 
 		return torpor.Errorf(torpor.EConflict, "the process has exited")
 	}
 	p.exit(128 + fakeSignals[sig])
+	p.notify()
 	return nil
 }
 

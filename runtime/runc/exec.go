@@ -171,6 +171,12 @@ func execArgs(runcRoot, id string, req torpor.ExecRequest) []string {
 	if req.User != "" {
 		args = append(args, "--user", req.User)
 	}
+	if len(req.Cmd) > 2 && req.Cmd[0] == initMount && req.Cmd[1] == "init" && req.Cmd[2] == "code-server" {
+		// The code server starts background processes as the users they
+		// name (E2B runs everything as its "user"): it may switch uid and
+		// gid, which the sandbox's root otherwise may not.
+		args = append(args, "--cap", "CAP_SETUID", "--cap", "CAP_SETGID")
+	}
 	args = append(args, id, initMount, "init", "exec", "-result-fd", "3")
 	if req.Timeout > 0 {
 		args = append(args, "-timeout", req.Timeout.String())
