@@ -27,6 +27,7 @@ func (s *Server) startProcess(w http.ResponseWriter, r *http.Request, p principa
 	if err != nil {
 		return err
 	}
+	info.Env = nil // env often carries secrets: never returned
 	writeJSON(w, http.StatusCreated, info)
 	return nil
 }
@@ -36,6 +37,9 @@ func (s *Server) listProcesses(w http.ResponseWriter, r *http.Request, p princip
 	list, err := s.eng.ListProcesses(r.Context(), p.tenant, r.PathValue("id"))
 	if err != nil {
 		return err
+	}
+	for i := range list {
+		list[i].Env = nil // env often carries secrets: never returned
 	}
 	writeJSON(w, http.StatusOK, wire.ProcessList{Processes: list})
 	return nil

@@ -16,8 +16,8 @@ func TestProcessesThroughTheAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := cl.StartProcess(ctx, sb.ID, client.ProcessRequest{Cmd: []string{"cat"}})
-	if err != nil || p.ID != 1 || p.State != torpor.ProcessRunning || p.Boot != 1 {
+	p, err := cl.StartProcess(ctx, sb.ID, client.ProcessRequest{Cmd: []string{"cat"}, Env: map[string]string{"TOKEN": "s3cret"}})
+	if err != nil || p.ID != 1 || p.State != torpor.ProcessRunning || p.Boot != 1 || p.Env != nil {
 		t.Fatalf("start: %+v %v", p, err)
 	}
 	if err := cl.WriteProcessStdin(ctx, sb.ID, p.ID, "one\n", false); err != nil {
@@ -36,7 +36,7 @@ func TestProcessesThroughTheAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	list, err := cl.ListProcesses(ctx, sb.ID)
-	if err != nil || len(list) != 1 || list[0].State != torpor.ProcessRunning {
+	if err != nil || len(list) != 1 || list[0].State != torpor.ProcessRunning || list[0].Env != nil {
 		t.Fatalf("after pause: %+v %v", list, err)
 	}
 	if err := cl.SignalProcess(ctx, sb.ID, p.ID, "sigterm"); err != nil {
