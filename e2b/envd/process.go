@@ -2,13 +2,11 @@ package envd
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"math"
 	"net/http"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -64,25 +62,16 @@ var _ processconnect.ProcessHandler = processService{}
 
 // procUser is the user a request runs as: the one its Basic
 // Authorization names (E2B sends "user:" with an empty password), else
-// DefaultUser.
-func procUser(h http.Header) (string, error) {
-	a := h.Get("Authorization")
-	if a == "" {
-		return DefaultUser, nil
-	}
-	scheme, cred, _ := strings.Cut(a, " ")
-	if !strings.EqualFold(scheme, "Basic") {
-		return "", connect.NewError(connect.CodeInvalidArgument, errors.New("the Authorization header must be Basic base64(user:)"))
-	}
-	b, err := base64.StdEncoding.DecodeString(strings.TrimSpace(cred))
+// the sandbox's default user (defaultUser).
+func (ps processService) procUser(ctx context.Context, h http.Header, sb *torpor.Sandbox) (string, error) {
+	name, err := basicUser(h)
 	if err != nil {
-		return "", connect.NewError(connect.CodeInvalidArgument, errors.New("the Authorization header is not valid base64"))
+		return "", connect.NewError(connect.CodeInvalidArgument, err)
 	}
-	name, _, _ := strings.Cut(string(b), ":")
-	if name == "" {
-		return DefaultUser, nil
+	if name != "" {
+		return name, nil
 	}
-	return name, nil
+	return ps.s.defaultUser(ctx, sb), nil
 }
 
 // procTimeout reads the process's life limit from Connect-Timeout-Ms.
@@ -164,7 +153,7 @@ func (ps processService) Start(ctx context.Context, req *connect.Request[process
 	if cfg == nil || cfg.GetCmd() == "" {
 		return procInvalid("process.cmd is required")
 	}
-	user, err := procUser(req.Header())
+	user, err := ps.procUser(ctx, req.Header(), sb)
 	if err != nil {
 		return err
 	}

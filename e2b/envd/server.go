@@ -14,8 +14,10 @@ package envd
 import (
 	"context"
 	"crypto/subtle"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"sync"
 
 	"github.com/torpor-dev/torpor"
 	"github.com/torpor-dev/torpor/lifecycle"
@@ -49,11 +51,14 @@ type Server struct {
 	eng *lifecycle.Engine
 	log *slog.Logger
 	mux *http.ServeMux
+	// defaults remembers each sandbox boot's default user (defaultUser).
+	defaultsMu sync.Mutex
+	defaults   map[string]string
 }
 
 // New returns a server.
 func New(cfg Config) *Server {
-	s := &Server{eng: cfg.Engine, log: cfg.Logger, mux: http.NewServeMux()}
+	s := &Server{eng: cfg.Engine, log: cfg.Logger, mux: http.NewServeMux(), defaults: map[string]string{}}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -99,6 +104,39 @@ func sandboxOf(ctx context.Context) *torpor.Sandbox {
 	sb, _ := ctx.Value(sandboxKey{}).(*torpor.Sandbox)
 	return sb
 }
+
+// defaultUser is who a call that names no user runs as: DefaultUser, or
+// root in a sandbox whose template has no such account (torpor's own
+// templates), as file calls do (accounts.requestUser). It is read from
+// the sandbox's /etc/passwd once per boot.
+func (s *Server) defaultUser(ctx context.Context, sb *torpor.Sandbox) string {
+	key := fmt.Sprintf("%s/%d", sb.ID, sb.Boots)
+	s.defaultsMu.Lock()
+	name, ok := s.defaults[key]
+	s.defaultsMu.Unlock()
+	if ok {
+		return name
+	}
+	fsys, done, err := s.eng.Files(ctx, sb.Tenant, sb.ID, false)
+	if err != nil {
+		return DefaultUser // the call itself says what is wrong
+	}
+	name = "root"
+	if _, ok := readAccounts(fsys).lookup(DefaultUser); ok {
+		name = DefaultUser
+	}
+	done()
+	s.defaultsMu.Lock()
+	if len(s.defaults) >= maxDefaults {
+		clear(s.defaults)
+	}
+	s.defaults[key] = name
+	s.defaultsMu.Unlock()
+	return name
+}
+
+// maxDefaults bounds the remembered default users.
+const maxDefaults = 4096
 
 func (s *Server) routes() {
 	s.mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
