@@ -53,6 +53,42 @@ func (o *OptSeconds) UnmarshalJSON(b []byte) error {
 	return json.Unmarshal(b, &o.Value)
 }
 
+// OptTime is a time field that can be absent (not Set), null (Set and
+// Null: cleared) or a time, written as RFC 3339.
+type OptTime struct {
+	Set   bool
+	Null  bool
+	Value time.Time
+}
+
+// At returns a set, non-null OptTime.
+func At(t time.Time) OptTime { return OptTime{Set: true, Value: t} }
+
+// IsZero makes `omitzero` leave an absent field out.
+func (o OptTime) IsZero() bool { return !o.Set }
+
+// MarshalJSON writes null or the time.
+func (o OptTime) MarshalJSON() ([]byte, error) {
+	if !o.Set || o.Null {
+		return []byte("null"), nil
+	}
+	return json.Marshal(o.Value.UTC())
+}
+
+// UnmarshalJSON reads null or an RFC 3339 time.
+func (o *OptTime) UnmarshalJSON(b []byte) error {
+	*o = OptTime{Set: true}
+	if bytes.Equal(bytes.TrimSpace(b), []byte("null")) {
+		o.Null = true
+		return nil
+	}
+	if err := json.Unmarshal(b, &o.Value); err != nil {
+		return err
+	}
+	o.Value = o.Value.UTC()
+	return nil
+}
+
 // Idle actions.
 const (
 	ActionNone      = ""
@@ -134,12 +170,30 @@ type PolicyRequest struct {
 	Timeout         OptSeconds       `json:"timeout,omitzero"`
 	Lifecycle       *Lifecycle       `json:"lifecycle,omitempty"`
 	LifecyclePolicy *LifecyclePolicy `json:"lifecycle_policy,omitempty"`
+	// The end time (see Sandbox.EndAt): end_at sets it (null: no end),
+	// end_after_seconds sets the run time each create, start and resume
+	// grants (and, without end_at, the end to now plus it), on_end what
+	// happens at the end.
+	EndAt           OptTime    `json:"end_at,omitzero"`
+	EndAfterSeconds OptSeconds `json:"end_after_seconds,omitzero"`
+	OnEnd           string     `json:"on_end,omitempty"`
 }
 
 // Validate checks the fields that are given.
 func (r PolicyRequest) Validate() error {
 	if err := checkSeconds("timeout", r.Timeout, 1); err != nil {
 		return err
+	}
+	if err := checkSeconds("end_after_seconds", r.EndAfterSeconds, 1); err != nil {
+		return err
+	}
+	if r.EndAt.Set && !r.EndAt.Null && (r.EndAt.Value.Year() < 2000 || r.EndAt.Value.Year() > 9999) {
+		return Invalid("end_at", "must be a time (RFC 3339) between the years 2000 and 9999, or null for no end")
+	}
+	switch r.OnEnd {
+	case "", ActionKill, ActionPause, ActionHibernate:
+	default:
+		return Invalid("on_end", "must be kill, pause or hibernate")
 	}
 	if l := r.Lifecycle; l != nil {
 		switch l.OnTimeout {
@@ -187,11 +241,32 @@ func checkSeconds(param string, v OptSeconds, min int64) error {
 	return nil
 }
 
-// Apply merges the fields a request gives into the sandbox's policy.
-// A timeout given in the CubeSandbox form turns an existing pause timer of
-// the machine-policy form off, and the other way round, so the two never
-// contradict.
-func (r PolicyRequest) Apply(s *Sandbox) {
+// Apply merges the fields a request gives into the sandbox's policy, at
+// now. A timeout given in the CubeSandbox form turns an existing pause
+// timer of the machine-policy form off, and the other way round, so the
+// two never contradict. end_after_seconds without end_at moves the end
+// time to now plus it.
+func (r PolicyRequest) Apply(s *Sandbox, now time.Time) {
+	if r.EndAfterSeconds.Set {
+		s.EndAfterSeconds = 0
+		if r.EndAfterSeconds.On() {
+			s.EndAfterSeconds = r.EndAfterSeconds.Value
+			if !r.EndAt.Set {
+				at := now.Add(r.EndAfterSeconds.Duration())
+				s.EndAt = &at
+			}
+		}
+	}
+	if r.EndAt.Set {
+		s.EndAt = nil
+		if !r.EndAt.Null {
+			at := r.EndAt.Value.UTC()
+			s.EndAt = &at
+		}
+	}
+	if r.OnEnd != "" {
+		s.OnEnd = r.OnEnd
+	}
 	if r.Timeout.Set {
 		s.Timeout = r.Timeout
 		if r.Timeout.On() {
@@ -235,7 +310,8 @@ func (r PolicyRequest) Apply(s *Sandbox) {
 type ScheduledEvent struct {
 	Action string    `json:"action"`
 	At     time.Time `json:"at"`
-	// Cause is idle (the sandbox's policy) or platform (max_paused_seconds).
+	// Cause is idle (the sandbox's policy), end (its end time) or
+	// platform (max_paused_seconds).
 	Cause string `json:"cause"`
 }
 

@@ -251,3 +251,26 @@ type Addresser interface {
 	// network at all (and so can let one reach the internet).
 	Networked() bool
 }
+
+// UsageReporter is an optional Runtime capability: the memory and disk a
+// sandbox's instance uses now, for metrics. A runtime tells what it can
+// measure and leaves the rest unknown; it never guesses.
+type UsageReporter interface {
+	ResourceUsage(ctx context.Context, ref InstanceRef) (ResourceUsage, error)
+}
+
+// ResourceUsage is what a sandbox's instance uses at a moment. A nil
+// figure is one that is not known.
+type ResourceUsage struct {
+	// CPU is the CPU time its processes used since it booted
+	// (CPUReporter).
+	CPU *time.Duration
+	// MemoryBytes is the memory charged to it (for a container: its
+	// cgroup's, page cache included); MemoryCacheBytes the page cache in
+	// it.
+	MemoryBytes      *int64
+	MemoryCacheBytes *int64
+	// DiskBytes is the space its own writable disk takes (the template's
+	// shared layers not counted).
+	DiskBytes *int64
+}

@@ -144,6 +144,15 @@ type Sandbox struct {
 	Timeout         OptSeconds      `json:"timeout"`
 	Lifecycle       *Lifecycle      `json:"lifecycle"`
 	LifecyclePolicy LifecyclePolicy `json:"lifecycle_policy"`
+	// EndAt is the sandbox's end time (E2B's timeout): a sandbox running
+	// at EndAt gets OnEnd, whatever its activity. A paused or hibernated
+	// sandbox's end does not run: each start and resume sets EndAt to then
+	// plus EndAfterSeconds (when that is set). Nil: no end.
+	EndAt           *time.Time `json:"end_at"`
+	EndAfterSeconds int64      `json:"end_after_seconds,omitempty"`
+	// OnEnd is what happens at EndAt: kill (empty too), pause or
+	// hibernate.
+	OnEnd string `json:"on_end,omitempty"`
 	// Meters are the seconds, cost and transitions metered so far.
 	Meters Meters `json:"meters"`
 	// Usage is the open metering interval (see UsageState).
@@ -216,6 +225,10 @@ func (s *Sandbox) Clone() *Sandbox {
 	if s.TerminatedAt != nil {
 		t := *s.TerminatedAt
 		c.TerminatedAt = &t
+	}
+	if s.EndAt != nil {
+		t := *s.EndAt
+		c.EndAt = &t
 	}
 	return &c
 }

@@ -343,7 +343,7 @@ func (e *Engine) Create(ctx context.Context, tenant string, req torpor.CreateReq
 		sb.Metadata = map[string]string{}
 	}
 	sb.Timeout, sb.LifecyclePolicy = torpor.Off(), e.defPolicy
-	if err := applyPolicy(sb, req.PolicyRequest); err != nil {
+	if err := applyPolicy(sb, req.PolicyRequest, now); err != nil {
 		return nil, err
 	}
 	if err := checkPauseMode(rt, sb); err != nil {
@@ -377,11 +377,11 @@ func (e *Engine) Create(ctx context.Context, tenant string, req torpor.CreateReq
 
 // applyPolicy merges a request's policy fields into sb and checks the
 // result.
-func applyPolicy(sb *torpor.Sandbox, r torpor.PolicyRequest) error {
+func applyPolicy(sb *torpor.Sandbox, r torpor.PolicyRequest, now time.Time) error {
 	if err := r.Validate(); err != nil {
 		return err
 	}
-	r.Apply(sb)
+	r.Apply(sb, now)
 	if r.Lifecycle != nil && r.Lifecycle.OnTimeout != "" && !sb.Timeout.On() {
 		return torpor.Invalid("lifecycle.on_timeout", "needs a timeout: set timeout (idle seconds) too")
 	}
@@ -511,6 +511,9 @@ func (e *Engine) boot(ctx context.Context, sb *torpor.Sandbox, rt torpor.Runtime
 	// The idle clock starts when the sandbox runs: a slow boot (a VM
 	// under emulation, a long setup) is not idle time.
 	sb.LastActivityAt = e.now()
+	if evType != torpor.EventRestarted {
+		renewEnd(sb, sb.LastActivityAt)
+	}
 	if err := e.gpuAttach(ctx, sb); err != nil {
 		_ = rt.Stop(context.WithoutCancel(ctx), ref(sb))
 		return e.recordFailure(ctx, sb, &torpor.Failure{Code: FailureGPU, Message: err.Error()})
@@ -663,7 +666,7 @@ func (e *Engine) Update(ctx context.Context, tenant, id string, req torpor.Updat
 		return nil, err
 	}
 	sb.Metadata = md
-	if err := applyPolicy(sb, req.PolicyRequest); err != nil {
+	if err := applyPolicy(sb, req.PolicyRequest, e.now()); err != nil {
 		return nil, err
 	}
 	if rt, err := e.runtime(sb.Runtime.Kind); err == nil {

@@ -11,6 +11,8 @@ const (
 	CauseIdle     = "idle"
 	CausePlatform = "platform"
 	CauseAuto     = "auto_resume"
+	// CauseEnd: the sandbox's end time (Sandbox.EndAt) came.
+	CauseEnd = "end"
 )
 
 // upcomingWindow is how far ahead upcoming_events looks.
@@ -18,8 +20,39 @@ const upcomingWindow = time.Hour
 
 // plan returns what the idle engine will do to sb if nothing else happens,
 // in time order: the first event is the next deadline, the rest follow
-// from it (a pause, then the hibernation of the paused sandbox).
+// from it (a pause, then the hibernation of the paused sandbox). The end
+// time of a running sandbox comes first when it is due before its idle
+// action; an idle action that comes first stops it (a paused sandbox's
+// end does not run, and a killed one has none).
 func plan(sb *torpor.Sandbox, maxPaused time.Duration) []torpor.ScheduledEvent {
+	idle := idlePlan(sb, maxPaused)
+	if sb.State != torpor.StateRunning || sb.EndAt == nil || (len(idle) > 0 && idle[0].At.Before(*sb.EndAt)) {
+		return idle
+	}
+	end := torpor.ScheduledEvent{Action: sb.OnEnd, At: *sb.EndAt, Cause: CauseEnd}
+	if end.Action == torpor.ActionNone {
+		end.Action = torpor.ActionKill
+	}
+	evs := []torpor.ScheduledEvent{end}
+	if end.Action == torpor.ActionPause {
+		if next, ok := pausedDeadline(end.At, sb.Policy(), maxPaused); ok {
+			evs = append(evs, next)
+		}
+	}
+	return evs
+}
+
+// renewEnd restarts sb's end clock as it starts or resumes at now: a
+// sandbox with EndAfterSeconds gets that long from now.
+func renewEnd(sb *torpor.Sandbox, now time.Time) {
+	if sb.EndAfterSeconds > 0 {
+		at := now.Add(time.Duration(sb.EndAfterSeconds) * time.Second)
+		sb.EndAt = &at
+	}
+}
+
+// idlePlan is plan without the end time.
+func idlePlan(sb *torpor.Sandbox, maxPaused time.Duration) []torpor.ScheduledEvent {
 	p := sb.Policy()
 	switch sb.State {
 	case torpor.StateRunning:

@@ -107,7 +107,7 @@ func (e *Engine) pause(ctx context.Context, sb *torpor.Sandbox, mode torpor.Paus
 	}
 	e.fail("pausing.after-runtime")
 	sb.Meters.Pauses++
-	if cause == CauseIdle {
+	if cause == CauseIdle || cause == CauseEnd {
 		sb.Meters.AutoPaused++
 	}
 	return e.setState(ctx, sb, torpor.StatePaused, e.event(sb, torpor.EventPaused, "cause", cause, "mode", string(mode)))
@@ -248,6 +248,7 @@ func (e *Engine) resume(ctx context.Context, sb *torpor.Sandbox, cause string) e
 	e.fail("resuming.after-runtime")
 	sb.PauseMode = ""
 	sb.LastActivityAt = e.now()
+	renewEnd(sb, sb.LastActivityAt)
 	sb.Meters.Resumes++
 	auto := cause == CauseAuto
 	if auto {
@@ -333,7 +334,7 @@ func (e *Engine) hibernate(ctx context.Context, sb *torpor.Sandbox, cause string
 	e.fail("hibernating.after-runtime")
 	sb.Handle, sb.PauseMode = "", ""
 	sb.Meters.Hibernations++
-	if cause == CauseIdle || cause == CausePlatform {
+	if cause == CauseIdle || cause == CausePlatform || cause == CauseEnd {
 		sb.Meters.AutoHibernated++
 	}
 	return e.setState(ctx, sb, torpor.StateHibernated, e.event(sb, torpor.EventHibernated, "cause", cause))
@@ -623,31 +624,8 @@ func (e *Engine) sweep(ctx context.Context, id string) {
 		return
 	}
 	e.obs.SweepLag(now.Sub(ev.At))
-	if t, ok := e.pendingTraffic(id); ok && sb.State == torpor.StateRunning && t.After(sb.LastActivityAt) {
-		// Proxied traffic not yet flushed: it is activity.
-		sb.LastActivityAt = t
-		if err := e.save(ctx, sb); err != nil {
-			e.sched.set(id, now.Add(sweepRetry))
-		}
+	if ev.Cause != CauseEnd && e.deferIdle(ctx, sb, now) {
 		return
-	}
-	if sb.State == torpor.StateRunning && (e.isBusy(id) || e.requestsUnderWay(id)) {
-		// An operation, or a proxied request waiting for its answer, is
-		// in flight: it is activity. Look again later.
-		e.sched.set(id, now.Add(sb.Policy().IdleAfter))
-		return
-	}
-	if sb.State == torpor.StateRunning && e.cpuActivity > 0 {
-		if busy, recheck := e.busyComputing(ctx, sb, now); busy {
-			sb.LastActivityAt = now
-			if err := e.save(ctx, sb, e.event(sb, "sandbox.activity", "source", "cpu")); err != nil {
-				e.sched.set(id, now.Add(sweepRetry))
-			}
-			return
-		} else if recheck > 0 {
-			e.sched.set(id, now.Add(recheck))
-			return
-		}
 	}
 	switch ev.Action {
 	case torpor.ActionPause:
@@ -661,6 +639,41 @@ func (e *Engine) sweep(ctx context.Context, id string) {
 		e.log.Error("idle action failed; retrying", "sandbox", id, "action", ev.Action, "err", err)
 		e.sched.set(id, now.Add(sweepRetry))
 	}
+}
+
+// deferIdle reports whether an idle action on sb must wait because the
+// sandbox turns out to be active (pending traffic, an operation or a
+// proxied request under way, CPU use), having rescheduled it. An end time
+// never waits for activity.
+func (e *Engine) deferIdle(ctx context.Context, sb *torpor.Sandbox, now time.Time) bool {
+	id := sb.ID
+	if t, ok := e.pendingTraffic(id); ok && sb.State == torpor.StateRunning && t.After(sb.LastActivityAt) {
+		// Proxied traffic not yet flushed: it is activity.
+		sb.LastActivityAt = t
+		if err := e.save(ctx, sb); err != nil {
+			e.sched.set(id, now.Add(sweepRetry))
+		}
+		return true
+	}
+	if sb.State == torpor.StateRunning && (e.isBusy(id) || e.requestsUnderWay(id)) {
+		// An operation, or a proxied request waiting for its answer, is
+		// in flight: it is activity. Look again later.
+		e.sched.set(id, now.Add(sb.Policy().IdleAfter))
+		return true
+	}
+	if sb.State == torpor.StateRunning && e.cpuActivity > 0 {
+		if busy, recheck := e.busyComputing(ctx, sb, now); busy {
+			sb.LastActivityAt = now
+			if err := e.save(ctx, sb, e.event(sb, "sandbox.activity", "source", "cpu")); err != nil {
+				e.sched.set(id, now.Add(sweepRetry))
+			}
+			return true
+		} else if recheck > 0 {
+			e.sched.set(id, now.Add(recheck))
+			return true
+		}
+	}
+	return false
 }
 
 // cpuSample is a sandbox's CPU use at a moment.

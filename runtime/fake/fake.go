@@ -37,6 +37,7 @@ type Host struct {
 	NoPython bool
 	boots    map[string]int
 	cpu      map[string]time.Duration
+	usage    map[string]torpor.ResourceUsage
 	// snapshots holds the instances written to a snapshot, by sandbox id;
 	// a nil entry is a snapshot that cannot be restored.
 	snapshots map[string]*instance
@@ -157,6 +158,31 @@ func (h *Host) AddCPU(id string, d time.Duration) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.cpu[id] += d
+}
+
+// SetResourceUsage sets the memory and disk figures ResourceUsage reports
+// for a sandbox (its CPU comes from AddCPU).
+func (h *Host) SetResourceUsage(id string, u torpor.ResourceUsage) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.usage == nil {
+		h.usage = map[string]torpor.ResourceUsage{}
+	}
+	h.usage[id] = u
+}
+
+// ResourceUsage reports a live instance's CPU time and the figures given
+// by SetResourceUsage (none known when never set).
+func (r *Runtime) ResourceUsage(ctx context.Context, ref torpor.InstanceRef) (torpor.ResourceUsage, error) {
+	r.h.mu.Lock()
+	defer r.h.mu.Unlock()
+	if _, err := r.live(ref.SandboxID); err != nil {
+		return torpor.ResourceUsage{}, err
+	}
+	u := r.h.usage[ref.SandboxID]
+	cpu := r.h.cpu[ref.SandboxID]
+	u.CPU = &cpu
+	return u, nil
 }
 
 // CPUUsage returns the CPU time a sandbox has used (see AddCPU).

@@ -40,6 +40,9 @@ type sandboxRecord struct {
 	KeyID          string            `json:"key_id,omitempty"`
 	UsageKind      string            `json:"usage_kind,omitempty"`
 	UsageSince     int64             `json:"usage_since_us,omitempty"`
+	EndAt          *int64            `json:"end_at_us,omitempty"`
+	EndAfter       int64             `json:"end_after_s,omitempty"`
+	OnEnd          string            `json:"on_end,omitempty"`
 }
 
 type snapshotRecord struct {
@@ -192,6 +195,11 @@ func encodeRecord(sb *torpor.Sandbox) (string, error) {
 		us := micros(*sb.TerminatedAt)
 		r.TerminatedAt = &us
 	}
+	if sb.EndAt != nil {
+		us := micros(*sb.EndAt)
+		r.EndAt = &us
+	}
+	r.EndAfter, r.OnEnd = sb.EndAfterSeconds, sb.OnEnd
 	if sb.PauseModes != nil {
 		r.PauseModes = make([]string, len(sb.PauseModes))
 		for i, m := range sb.PauseModes {
@@ -259,6 +267,11 @@ func decodeRecord(sb *torpor.Sandbox, data string) error {
 		t := fromMicros(*r.TerminatedAt)
 		sb.TerminatedAt = &t
 	}
+	if r.EndAt != nil {
+		t := fromMicros(*r.EndAt)
+		sb.EndAt = &t
+	}
+	sb.EndAfterSeconds, sb.OnEnd = r.EndAfter, r.OnEnd
 	if r.PauseModes != nil {
 		sb.PauseModes = make([]torpor.PauseMode, len(r.PauseModes))
 		for i, m := range r.PauseModes {

@@ -26,6 +26,7 @@ func fullSandbox(id, tenant string) *torpor.Sandbox {
 	exit := 137
 	autoResume := true
 	terminated := at(3*time.Hour + 7*time.Microsecond)
+	endAt := at(5*time.Hour + 9*time.Microsecond)
 	return &torpor.Sandbox{
 		ID:         id,
 		Tenant:     tenant,
@@ -51,13 +52,16 @@ func fullSandbox(id, tenant string) *torpor.Sandbox {
 			Setup:      []string{"pip install -r requirements.txt", `echo "ready" > /tmp/ready`},
 			Entrypoint: []string{"python", "-m", "http.server", "8080"},
 		},
-		PauseModes: []torpor.PauseMode{torpor.PauseFreeze, torpor.PauseSnapshot},
-		PauseMode:  torpor.PauseSnapshot,
-		Boots:      3,
-		Env:        map[string]string{"API_TOKEN": "s3cr3t", "EMPTY": ""},
-		Handle:     `{"bundle":"/var/lib/torpor/sandboxes/x","pid":4242}`,
-		Timeout:    torpor.Seconds(300),
-		Lifecycle:  &torpor.Lifecycle{OnTimeout: torpor.ActionPause, AutoResume: &autoResume, PauseMode: torpor.PauseSnapshot},
+		PauseModes:      []torpor.PauseMode{torpor.PauseFreeze, torpor.PauseSnapshot},
+		PauseMode:       torpor.PauseSnapshot,
+		Boots:           3,
+		Env:             map[string]string{"API_TOKEN": "s3cr3t", "EMPTY": ""},
+		Handle:          `{"bundle":"/var/lib/torpor/sandboxes/x","pid":4242}`,
+		Timeout:         torpor.Seconds(300),
+		EndAt:           &endAt,
+		EndAfterSeconds: 900,
+		OnEnd:           torpor.ActionPause,
+		Lifecycle:       &torpor.Lifecycle{OnTimeout: torpor.ActionPause, AutoResume: &autoResume, PauseMode: torpor.PauseSnapshot},
 		LifecyclePolicy: torpor.LifecyclePolicy{
 			PauseAfterIdleSeconds:       torpor.Off(),
 			HibernateAfterPausedSeconds: torpor.Seconds(600),
