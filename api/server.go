@@ -170,6 +170,9 @@ func New(cfg Config) *Server {
 // SetReady makes the server answer requests (after recovery finished).
 func (s *Server) SetReady() { s.ready.Store(true) }
 
+// Ready tells whether SetReady was called.
+func (s *Server) Ready() bool { return s.ready.Load() }
+
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mux.ServeHTTP(w, r)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/torpor-dev/torpor"
 	"github.com/torpor-dev/torpor/api"
+	"github.com/torpor-dev/torpor/e2b"
 	"github.com/torpor-dev/torpor/e2b/envd"
 	"github.com/torpor-dev/torpor/lifecycle"
 	"github.com/torpor-dev/torpor/metrics"
@@ -142,20 +143,26 @@ func Run(ctx context.Context, cfg Config, opt Options) error {
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	// The proxy listens first: E2B's API names its address.
+	var pln net.Listener
+	var proxyAddr string
+	if cfg.ProxyListen != "" {
+		if pln, err = net.Listen("tcp", cfg.ProxyListen); err != nil {
+			ln.Close()
+			return fmt.Errorf("proxy listen: %w", err)
+		}
+		proxyAddr = pln.Addr().String()
+	}
+	e2bAPI := e2b.New(e2b.Config{Engine: eng, Auth: st, TemplateStore: st, Logger: log,
+		Domain: e2bDomain(cfg, proxyAddr), AllowInternetByDefault: sandboxNet != nil,
+		DefaultResources: cfg.limits().Default, Ready: srv.Ready})
+	hs := &http.Server{Handler: apiHandler(srv, e2bAPI), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	serveErr := make(chan error, 2)
 	go func() { serveErr <- hs.Serve(ln) }()
 	e2bServices := map[int]proxy.Service{
 		envd.Port: envd.New(envd.Config{Engine: eng, Logger: log}),
 	}
-	var proxyAddr string
-	if cfg.ProxyListen != "" {
-		pln, err := net.Listen("tcp", cfg.ProxyListen)
-		if err != nil {
-			_ = hs.Close()
-			return fmt.Errorf("proxy listen: %w", err)
-		}
-		proxyAddr = pln.Addr().String()
+	if pln != nil {
 		if pln, err = proxyListener(cfg, pln); err != nil {
 			_ = hs.Close()
 			return err

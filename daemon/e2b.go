@@ -5,9 +5,38 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"path/filepath"
 	"strings"
+
+	"github.com/torpor-dev/torpor/e2b"
 )
+
+// apiHandler serves the native API and, beside it on the same listener,
+// E2B's control plane on E2B's own paths (docs/e2b.md).
+func apiHandler(native http.Handler, e2bAPI *e2b.API) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/", native)
+	for _, rt := range e2b.Routes() {
+		mux.Handle(rt, e2bAPI)
+	}
+	return mux
+}
+
+// e2bDomain is the domain the E2B API gives each sandbox, from which the
+// SDKs make envd's address https://<port>-<id>.<domain>: the proxy's
+// domain and port when it serves TLS, else none (the SDKs then use
+// E2B_SANDBOX_URL).
+func e2bDomain(cfg Config, proxyAddr string) string {
+	if cfg.ProxyTLSCert == "" || proxyAddr == "" {
+		return ""
+	}
+	d := strings.ToLower(cfg.ProxyDomain)
+	if _, port, err := net.SplitHostPort(proxyAddr); err == nil && port != "443" {
+		d += ":" + port
+	}
+	return d
+}
 
 // proxyListener wraps the proxy's listener in TLS when the config names a
 // certificate (proxy_tls_cert, proxy_tls_key). HTTP/1.1 only: E2B's SDKs
@@ -34,8 +63,7 @@ func printE2BEnv(out io.Writer, cfg Config, apiAddr, proxyAddr string) {
 	case proxyAddr == "":
 		fmt.Fprintln(out, "  (no proxy: set proxy_listen for commands and files)")
 	case cfg.ProxyTLSCert != "":
-		_, port, _ := net.SplitHostPort(proxyAddr)
-		fmt.Fprintf(out, "  export E2B_DOMAIN=%s:%s\n", strings.ToLower(cfg.ProxyDomain), port)
+		fmt.Fprintf(out, "  export E2B_DOMAIN=%s\n", e2bDomain(cfg, proxyAddr))
 	default:
 		fmt.Fprintf(out, "  export E2B_SANDBOX_URL=http://%s\n", proxyAddr)
 	}
