@@ -1,6 +1,7 @@
 package torpor
 
 import (
+	"fmt"
 	"net/url"
 	"path"
 	"regexp"
@@ -241,8 +242,25 @@ type TemplateBuildRequest struct {
 	Packages []string `json:"packages,omitempty"`
 	// Mirror is the Debian mirror URL; default: the server's apt sources.
 	Mirror string `json:"mirror,omitempty"`
+	// Users are accounts added to the built system, each with a home
+	// directory /home/NAME that it owns.
+	Users []TemplateUser `json:"users,omitempty"`
 	TemplateOptions
 }
+
+// TemplateUser is an account a build adds: its group has the same name
+// and id, its shell is bash (sh without it), its password is locked.
+type TemplateUser struct {
+	Name string `json:"name"`
+	UID  int    `json:"uid"`
+	// Sudo lets it run anything as root without a password (the build
+	// needs the sudo package).
+	Sudo bool `json:"sudo,omitempty"`
+}
+
+var userNameRe = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,31}$`)
+
+const maxTemplateUsers = 16
 
 // DefaultDebianSuite is the suite a build request without one gets.
 const DefaultDebianSuite = "bookworm"
@@ -272,6 +290,21 @@ func (r *TemplateBuildRequest) Validate() error {
 		if !packageRe.MatchString(p) {
 			return Invalid("packages", "%q is not a Debian package name", truncate(p))
 		}
+	}
+	if len(r.Users) > maxTemplateUsers {
+		return Invalid("users", "at most %d users", maxTemplateUsers)
+	}
+	seen := map[string]bool{}
+	for _, u := range r.Users {
+		switch {
+		case !userNameRe.MatchString(u.Name):
+			return Invalid("users", "user name %q must be 1-32 lowercase letters, digits, '_' or '-', starting with a letter or '_'", truncate(u.Name))
+		case u.UID < 1000 || u.UID > 60000:
+			return Invalid("users", "user %s: uid must be between 1000 and 60000", u.Name)
+		case seen[u.Name] || seen[fmt.Sprint(u.UID)]:
+			return Invalid("users", "user %s or uid %d is given twice", u.Name, u.UID)
+		}
+		seen[u.Name], seen[fmt.Sprint(u.UID)] = true, true
 	}
 	if r.Mirror != "" {
 		u, err := url.Parse(r.Mirror)

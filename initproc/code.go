@@ -15,6 +15,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,13 +38,27 @@ var pythonDriver string
 // CodeRequest is one snippet sent to the code server: one JSON object per
 // connection, answered by one CodeResponse.
 type CodeRequest struct {
-	Language string `json:"language"`
-	Code     string `json:"code"`
+	// Op is an operation on the code contexts instead of a snippet.
+	Op       torpor.CodeOp `json:"op,omitempty"`
+	Language string        `json:"language"`
+	Code     string        `json:"code"`
 	// TimeoutMS kills the interpreter when the snippet runs longer (0: no
-	// limit but the connection's: closing it kills the interpreter too).
+	// limit but the connection's: closing it interrupts the snippet).
 	TimeoutMS int64 `json:"timeout_ms,omitempty"`
+	// Context names the interpreter ("": the language's default one).
+	Context string `json:"context,omitempty"`
+	// Env is set for this snippet only.
+	Env map[string]string `json:"env,omitempty"`
+	// Cwd is where an interpreter this request starts starts.
+	Cwd string `json:"cwd,omitempty"`
 	// Proc, when set, is a process-table operation instead of a snippet.
 	Proc *ProcRequest `json:"proc,omitempty"`
+}
+
+// NewCodeRequest is the code server's form of a run_code request.
+func NewCodeRequest(req torpor.CodeRequest) CodeRequest {
+	return CodeRequest{Op: req.Op, Language: req.Language, Code: req.Code, TimeoutMS: req.Timeout.Milliseconds(),
+		Context: req.Context, Env: req.Env, Cwd: req.Cwd}
 }
 
 // CodeResponse is the code server's answer.
@@ -52,8 +68,38 @@ type CodeResponse struct {
 	Missing string `json:"missing,omitempty"`
 	// Fail says why the snippet could not be run at all.
 	Fail string `json:"fail,omitempty"`
+	// Refused is a request the code server turned down: an unknown
+	// context, a context that exists, a working directory that does not.
+	Refused *Refusal `json:"refused,omitempty"`
 	// Proc answers a process-table operation.
 	Proc *ProcResponse `json:"proc,omitempty"`
+}
+
+// Refusal is why the code server turned a request down.
+type Refusal struct {
+	Code    torpor.ErrorCode `json:"code"`
+	Param   string           `json:"param,omitempty"`
+	Message string           `json:"message"`
+}
+
+// RefusedError is the error a refused request is, or nil. The sandbox
+// wrote the refusal: only the kinds of error a request can be refused
+// with pass, and its text is cleaned.
+func (r *CodeResponse) RefusedError() error {
+	if r.Refused == nil {
+		return nil
+	}
+	code := r.Refused.Code
+	switch code {
+	case torpor.EInvalid, torpor.ENotFound, torpor.EConflict:
+	default:
+		code = torpor.EInvalid
+	}
+	return &torpor.Error{Code: code, Param: SandboxText(r.Refused.Param, 32), Message: SandboxText(r.Refused.Message, 512)}
+}
+
+func refuse(code torpor.ErrorCode, param, format string, args ...any) CodeResponse {
+	return CodeResponse{Refused: &Refusal{Code: code, Param: param, Message: fmt.Sprintf(format, args...)}}
 }
 
 // codeServerMain is `torpor init code-server -socket PATH`: it starts the
@@ -143,20 +189,47 @@ func listenCode(sock string) (net.Listener, error) {
 	return l, nil
 }
 
-// codeServer keeps one interpreter per language and runs one snippet at a
-// time in each.
+// codeServer keeps the code contexts: one interpreter each, running one
+// snippet at a time. A language's default context (the one run_code
+// uses when it names none) is made on first use.
 type codeServer struct {
-	mu     sync.Mutex
-	langs  map[string]*sync.Mutex
-	interp map[string]*interp
+	mu   sync.Mutex
+	ctxs map[string]*codeContext // by id; a default one by its language
 	// python is the interpreter command, found on PATH when empty.
 	python string
 	// procs are the background processes.
 	procs *procTable
 }
 
+// codeContext is one interpreter's context. run serializes its snippets;
+// in is read and written under the server's mu.
+type codeContext struct {
+	run       sync.Mutex
+	id        string
+	lang      string
+	cwd       string
+	isDefault bool
+	in        *interp
+	count     int
+}
+
+// interruptGrace is how long an interrupted snippet has to stop before its
+// interpreter is killed.
+const interruptGrace = 3 * time.Second
+
 func newCodeServer() *codeServer {
-	return &codeServer{langs: map[string]*sync.Mutex{}, interp: map[string]*interp{}, procs: newProcTable()}
+	return &codeServer{ctxs: map[string]*codeContext{}, procs: newProcTable()}
+}
+
+// killAll ends every interpreter.
+func (s *codeServer) killAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range s.ctxs {
+		if c.in != nil {
+			c.in.kill()
+		}
+	}
 }
 
 func (s *codeServer) serve(l net.Listener) {
@@ -204,38 +277,85 @@ func (s *codeServer) handle(c net.Conn) {
 	_, _ = c.Write(append(b, '\n'))
 }
 
-// run runs one snippet; gone closes when the caller left.
+func isLanguage(l string) bool {
+	for _, k := range torpor.Languages {
+		if l == k {
+			return true
+		}
+	}
+	return false
+}
+
+// run carries out one request; gone closes when the caller left.
 func (s *codeServer) run(req CodeRequest, gone <-chan struct{}) CodeResponse {
-	if req.Language != torpor.LanguagePython && req.Language != torpor.LanguageShell {
-		return CodeResponse{Fail: fmt.Sprintf("unknown language %q", req.Language)}
+	switch req.Op {
+	case torpor.CodeList:
+		return s.list()
+	case torpor.CodeCreate:
+		return s.create(req)
+	case torpor.CodeRestart, torpor.CodeDelete:
+		return s.drop(req)
+	case torpor.CodeRun:
+		return s.snippet(req, gone)
+	}
+	return CodeResponse{Fail: fmt.Sprintf("unknown operation %q", req.Op)}
+}
+
+// lookup finds the context a request names; a default one is made.
+func (s *codeServer) lookup(req CodeRequest) (*codeContext, *CodeResponse) {
+	key, lang := req.Context, req.Language
+	if key == "" || isLanguage(key) {
+		if key != "" {
+			if lang != "" && lang != key {
+				r := refuse(torpor.EInvalid, "language", "context %q runs %s, not %s", key, key, lang)
+				return nil, &r
+			}
+			lang = key
+		}
+		if !isLanguage(lang) {
+			r := CodeResponse{Fail: fmt.Sprintf("unknown language %q", lang)}
+			return nil, &r
+		}
+		key = lang
 	}
 	s.mu.Lock()
-	lm := s.langs[req.Language]
-	if lm == nil {
-		lm = &sync.Mutex{}
-		s.langs[req.Language] = lm
+	defer s.mu.Unlock()
+	c := s.ctxs[key]
+	switch {
+	case c == nil && key == lang:
+		cwd := req.Cwd
+		if fi, err := os.Stat(cwd); cwd != "" && (err != nil || !fi.IsDir()) {
+			cwd = "" // a default context starts where it can
+		}
+		if wd, err := os.Getwd(); cwd == "" && err == nil {
+			cwd = wd
+		}
+		c = &codeContext{id: key, lang: lang, cwd: cwd, isDefault: true}
+		s.ctxs[key] = c
+	case c == nil:
+		r := refuse(torpor.ENotFound, "context", "context %s not found", key)
+		return nil, &r
+	case lang != "" && c.lang != lang:
+		r := refuse(torpor.EInvalid, "language", "context %s runs %s, not %s", key, c.lang, lang)
+		return nil, &r
 	}
-	s.mu.Unlock()
-	lm.Lock()
-	defer lm.Unlock()
+	return c, nil
+}
 
-	in := s.interp[req.Language]
-	if in != nil && in.exited() {
-		in = nil
+// snippet runs one snippet in its context's interpreter.
+func (s *codeServer) snippet(req CodeRequest, gone <-chan struct{}) CodeResponse {
+	c, refused := s.lookup(req)
+	if refused != nil {
+		return *refused
+	}
+	c.run.Lock()
+	defer c.run.Unlock()
+	in, fresh, failed := s.ensure(c)
+	if failed != nil {
+		return *failed
 	}
 	ctx := torpor.ContextExisting
-	if in == nil {
-		var err error
-		if in, err = s.start(req.Language); err != nil {
-			var miss missingError
-			if errors.As(err, &miss) {
-				return CodeResponse{Missing: string(miss)}
-			}
-			return CodeResponse{Fail: err.Error()}
-		}
-		s.mu.Lock()
-		s.interp[req.Language] = in
-		s.mu.Unlock()
+	if fresh {
 		ctx = torpor.ContextNew
 	}
 	var deadline <-chan time.Time
@@ -244,24 +364,139 @@ func (s *codeServer) run(req CodeRequest, gone <-chan struct{}) CodeResponse {
 		defer t.Stop()
 		deadline = t.C
 	}
-	res := in.run(req.Code, deadline, gone)
+	s.mu.Lock()
+	c.count++
+	count := c.count
+	s.mu.Unlock()
+	res := in.run(req.Code, req.Env, deadline, gone)
 	res.Context = ctx
+	res.ExecutionCount = count
 	if res.TimedOut || in.exited() {
 		in.kill()
 		s.mu.Lock()
-		if s.interp[req.Language] == in {
-			delete(s.interp, req.Language)
+		if c.in == in {
+			c.in = nil
 		}
 		s.mu.Unlock()
 	}
 	return res
 }
 
+// ensure returns the context's interpreter, starting one when it has
+// none (fresh). The caller holds c.run.
+func (s *codeServer) ensure(c *codeContext) (in *interp, fresh bool, failed *CodeResponse) {
+	s.mu.Lock()
+	in = c.in
+	s.mu.Unlock()
+	if in != nil && !in.exited() {
+		return in, false, nil
+	}
+	in, err := s.start(c.lang, c.cwd)
+	if err != nil {
+		var miss missingError
+		r := CodeResponse{Fail: err.Error()}
+		if errors.As(err, &miss) {
+			r = CodeResponse{Missing: string(miss)}
+		}
+		return nil, false, &r
+	}
+	s.mu.Lock()
+	c.in, c.count = in, 0
+	s.mu.Unlock()
+	return in, true, nil
+}
+
+// create makes a context and starts its interpreter.
+func (s *codeServer) create(req CodeRequest) CodeResponse {
+	if !isLanguage(req.Language) {
+		return CodeResponse{Fail: fmt.Sprintf("unknown language %q", req.Language)}
+	}
+	if req.Context == "" || isLanguage(req.Context) {
+		return refuse(torpor.EInvalid, "context", "a new context needs an id of its own")
+	}
+	cwd := req.Cwd
+	if cwd != "" {
+		if fi, err := os.Stat(cwd); err != nil || !fi.IsDir() {
+			return refuse(torpor.EInvalid, "cwd", "%s is not a directory in the sandbox", cwd)
+		}
+	} else if wd, err := os.Getwd(); err == nil {
+		cwd = wd
+	}
+	c := &codeContext{id: req.Context, lang: req.Language, cwd: cwd}
+	s.mu.Lock()
+	if s.ctxs[c.id] != nil {
+		s.mu.Unlock()
+		return refuse(torpor.EConflict, "context", "context %s exists", c.id)
+	}
+	s.ctxs[c.id] = c
+	s.mu.Unlock()
+	c.run.Lock()
+	defer c.run.Unlock()
+	if _, _, failed := s.ensure(c); failed != nil {
+		s.mu.Lock()
+		delete(s.ctxs, c.id)
+		s.mu.Unlock()
+		return *failed
+	}
+	return CodeResponse{CodeResult: torpor.CodeResult{Context: torpor.ContextNew, Contexts: []torpor.CodeContext{s.describe(c)}}}
+}
+
+// drop restarts or deletes a context: its interpreter is killed at once
+// (a snippet it runs ends with InterpreterExited).
+func (s *codeServer) drop(req CodeRequest) CodeResponse {
+	s.mu.Lock()
+	c := s.ctxs[req.Context]
+	if c == nil {
+		s.mu.Unlock()
+		if isLanguage(req.Context) {
+			return CodeResponse{} // a default context not started yet
+		}
+		return refuse(torpor.ENotFound, "context", "context %s not found", req.Context)
+	}
+	in := c.in
+	c.in, c.count = nil, 0
+	if req.Op == torpor.CodeDelete {
+		delete(s.ctxs, c.id)
+	}
+	s.mu.Unlock()
+	if in != nil {
+		in.kill()
+	}
+	return CodeResponse{}
+}
+
+// list describes every context, defaults first, then by id.
+func (s *codeServer) list() CodeResponse {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]torpor.CodeContext, 0, len(s.ctxs))
+	for _, c := range s.ctxs {
+		out = append(out, s.describeLocked(c))
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Default != out[j].Default {
+			return out[i].Default
+		}
+		return out[i].ID < out[j].ID
+	})
+	return CodeResponse{CodeResult: torpor.CodeResult{Contexts: out}}
+}
+
+func (s *codeServer) describe(c *codeContext) torpor.CodeContext {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.describeLocked(c)
+}
+
+func (s *codeServer) describeLocked(c *codeContext) torpor.CodeContext {
+	return torpor.CodeContext{ID: c.id, Language: c.lang, Cwd: c.cwd, Default: c.isDefault, Running: c.in != nil && !c.in.exited()}
+}
+
 type missingError string
 
 func (m missingError) Error() string { return string(m) + " is not installed" }
 
-func (s *codeServer) start(lang string) (*interp, error) {
+func (s *codeServer) start(lang, cwd string) (*interp, error) {
 	switch lang {
 	case torpor.LanguagePython:
 		py := s.python
@@ -272,13 +507,19 @@ func (s *codeServer) start(lang string) (*interp, error) {
 			}
 			py = p
 		}
-		return startInterp(lang, []string{py, "-u", "-c", pythonDriver}, true)
+		return startInterp(lang, []string{py, "-u", "-c", pythonDriver}, true, cwd)
+	case torpor.LanguageBash:
+		bash, err := exec.LookPath("bash")
+		if err != nil {
+			return nil, missingError("bash")
+		}
+		return startInterp(lang, []string{bash, "--noprofile", "--norc"}, false, cwd)
 	default:
 		sh := "/bin/sh"
 		if _, err := os.Stat(sh); err != nil {
 			return nil, missingError(sh)
 		}
-		return startInterp(lang, []string{sh}, false)
+		return startInterp(lang, []string{sh}, false, cwd)
 	}
 }
 
@@ -295,7 +536,7 @@ type interp struct {
 	scratch string // sh: where snippets are written
 }
 
-func startInterp(lang string, argv []string, proto bool) (*interp, error) {
+func startInterp(lang string, argv []string, proto bool, cwd string) (*interp, error) {
 	inR, inW, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -330,6 +571,7 @@ func startInterp(lang string, argv []string, proto bool) (*interp, error) {
 	in := &interp{lang: lang, stdin: inW, out: newCodeOutput(), errs: newCodeOutput(), done: make(chan struct{})}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
+	cmd.Dir = cwd
 	if proto {
 		cmd.ExtraFiles = []*os.File{files[3]}
 		in.proto = bufio.NewReaderSize(protoR, 64<<10)
@@ -357,7 +599,7 @@ func startInterp(lang string, argv []string, proto bool) (*interp, error) {
 			protoR.Close()
 		}
 	}()
-	if lang == torpor.LanguageShell {
+	if !proto {
 		dir, err := os.MkdirTemp("", "torpor-code-")
 		if err != nil {
 			in.kill()
@@ -391,20 +633,20 @@ func (in *interp) kill() {
 	}
 }
 
-func (in *interp) run(code string, deadline <-chan time.Time, gone <-chan struct{}) CodeResponse {
+func (in *interp) run(code string, env map[string]string, deadline <-chan time.Time, gone <-chan struct{}) CodeResponse {
 	in.out.reset()
 	in.errs.reset()
 	if in.lang == torpor.LanguagePython {
-		return in.runPython(code, deadline, gone)
+		return in.runPython(code, env, deadline, gone)
 	}
-	return in.runShell(code, deadline, gone)
+	return in.runShell(code, env, deadline, gone)
 }
 
-func (in *interp) runPython(code string, deadline <-chan time.Time, gone <-chan struct{}) CodeResponse {
+func (in *interp) runPython(code string, env map[string]string, deadline <-chan time.Time, gone <-chan struct{}) CodeResponse {
 	// The driver writes mark to its stdout and stderr after the snippet,
 	// so output that subprocesses wrote there is known to be complete.
 	mark := fmt.Sprintf("\x00torpor-end-%d\x00", time.Now().UnixNano())
-	b, _ := json.Marshal(map[string]string{"code": code, "mark": mark})
+	b, _ := json.Marshal(map[string]any{"code": code, "mark": mark, "env": env})
 	if _, err := in.stdin.Write(append(b, '\n')); err != nil {
 		return in.ended()
 	}
@@ -417,14 +659,13 @@ func (in *interp) runPython(code string, deadline <-chan time.Time, gone <-chan 
 		l, err := in.proto.ReadBytes('\n')
 		ch <- answer{l, err}
 	}()
-	select {
-	case a := <-ch:
-		if a.err != nil {
+	answered := func(line []byte, err error) CodeResponse {
+		if err != nil {
 			<-in.done
 			return in.ended()
 		}
 		var res CodeResponse
-		if err := json.Unmarshal(a.line, &res.CodeResult); err != nil {
+		if err := json.Unmarshal(line, &res.CodeResult); err != nil {
 			return CodeResponse{Fail: "the python driver answered badly: " + err.Error()}
 		}
 		// Output written straight to the descriptors (subprocesses), up to
@@ -433,10 +674,22 @@ func (in *interp) runPython(code string, deadline <-chan time.Time, gone <-chan 
 		res.Stdout = clipOutput(res.Stdout + out)
 		res.Stderr = clipOutput(res.Stderr + errs)
 		return res
+	}
+	select {
+	case a := <-ch:
+		return answered(a.line, a.err)
 	case <-deadline:
 		return in.timedOut()
 	case <-gone:
-		return in.timedOut()
+		// Like a notebook's interrupt: KeyboardInterrupt in the snippet
+		// keeps the interpreter and its state, unless it does not stop.
+		_ = syscall.Kill(-in.pid, syscall.SIGINT)
+		select {
+		case a := <-ch:
+			return answered(a.line, a.err)
+		case <-time.After(interruptGrace):
+			return in.timedOut()
+		}
 	}
 }
 
@@ -474,7 +727,7 @@ func (in *interp) timedOut() CodeResponse {
 	return res
 }
 
-func (in *interp) runShell(code string, deadline <-chan time.Time, gone <-chan struct{}) CodeResponse {
+func (in *interp) runShell(code string, env map[string]string, deadline <-chan time.Time, gone <-chan struct{}) CodeResponse {
 	var rnd [12]byte
 	_, _ = rand.Read(rnd[:])
 	marker := "__torpor_" + hex.EncodeToString(rnd[:])
@@ -487,8 +740,9 @@ func (in *interp) runShell(code string, deadline <-chan time.Time, gone <-chan s
 	}
 	// `command .` keeps a syntax error from ending the shell; stdin is
 	// /dev/null so that the snippet cannot eat the commands that follow.
-	cmd := fmt.Sprintf("command . %s </dev/null\nprintf '\\n%s %%d\\n' \"$?\"\nprintf '\\n%s\\n' >&2\n",
-		shQuote(file), marker, marker)
+	set, unset := shellEnv(env)
+	cmd := fmt.Sprintf("%scommand . %s </dev/null\n__torpor_rc=$?\n%sprintf '\\n%s %%d\\n' \"$__torpor_rc\"; unset __torpor_rc\nprintf '\\n%s\\n' >&2\n",
+		set, shQuote(file), unset, marker, marker)
 	if _, err := in.stdin.Write([]byte(cmd)); err != nil {
 		return in.ended()
 	}
@@ -516,6 +770,26 @@ func (in *interp) runShell(code string, deadline <-chan time.Time, gone <-chan s
 		}
 	}
 }
+
+// shellEnv returns the commands that set env for one snippet and those
+// that put back what the variables were (names are checked identifiers).
+func shellEnv(env map[string]string) (set, unset string) {
+	keys := make([]string, 0, len(env))
+	for k := range env {
+		if envName.MatchString(k) {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	var a, b strings.Builder
+	for i, k := range keys {
+		fmt.Fprintf(&a, "__torpor_s%d=${%s+x} __torpor_v%d=${%s-}; export %s=%s\n", i, k, i, k, k, shQuote(env[k]))
+		fmt.Fprintf(&b, "if [ -n \"$__torpor_s%d\" ]; then %s=$__torpor_v%d; else unset %s; fi; unset __torpor_s%d __torpor_v%d\n", i, k, i, k, i, i)
+	}
+	return a.String(), b.String()
+}
+
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 func shQuote(s string) string {
 	return "'" + string(bytes.ReplaceAll([]byte(s), []byte("'"), []byte(`'\''`))) + "'"

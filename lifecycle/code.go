@@ -7,10 +7,10 @@ import (
 )
 
 // RunCode runs a snippet in the sandbox's persistent interpreter for its
-// language (see torpor.CodeRunner). Like Exec it wakes a paused or
-// hibernated sandbox when its policy has auto_resume and counts as
-// activity when it starts and when it ends. An error raised by the
-// snippet is part of the result, not an error.
+// language (see torpor.CodeRunner), or in one of its code contexts. Like
+// Exec it wakes a paused or hibernated sandbox when its policy has
+// auto_resume and counts as activity when it starts and when it ends. An
+// error raised by the snippet is part of the result, not an error.
 func (e *Engine) RunCode(ctx context.Context, tenant, id string, req torpor.CodeRequest) (torpor.CodeResult, error) {
 	if err := torpor.ValidateCode(req); err != nil {
 		return torpor.CodeResult{}, err
@@ -32,4 +32,47 @@ func (e *Engine) RunCode(ctx context.Context, tenant, id string, req torpor.Code
 	}
 	defer e.done(tenant, id, e.now())
 	return cr.RunCode(ctx, ref(sb), req)
+}
+
+// CodeContexts lists the sandbox's code contexts: each language's default
+// one once used, and those CreateCodeContext made.
+func (e *Engine) CodeContexts(ctx context.Context, tenant, id string) ([]torpor.CodeContext, error) {
+	res, err := e.RunCode(ctx, tenant, id, torpor.CodeRequest{Op: torpor.CodeList})
+	if err != nil {
+		return nil, err
+	}
+	if res.Contexts == nil {
+		return []torpor.CodeContext{}, nil
+	}
+	return res.Contexts, nil
+}
+
+// CreateCodeContext makes a code context, an interpreter of its own for
+// language that starts in cwd ("": the code server's own directory), and
+// returns it. Its interpreter lives as long as the sandbox's instance.
+func (e *Engine) CreateCodeContext(ctx context.Context, tenant, id, language, cwd string) (torpor.CodeContext, error) {
+	cid := torpor.NewID("ctx_", 20)
+	res, err := e.RunCode(ctx, tenant, id, torpor.CodeRequest{Op: torpor.CodeCreate, Context: cid, Language: language, Cwd: cwd})
+	if err != nil {
+		return torpor.CodeContext{}, err
+	}
+	for _, c := range res.Contexts {
+		if c.ID == cid {
+			return c, nil
+		}
+	}
+	return torpor.CodeContext{ID: cid, Language: language, Cwd: cwd, Running: true}, nil
+}
+
+// RestartCodeContext drops a code context's interpreter and its state; a
+// snippet it is running ends. The next snippet starts a fresh one.
+func (e *Engine) RestartCodeContext(ctx context.Context, tenant, id, contextID string) error {
+	_, err := e.RunCode(ctx, tenant, id, torpor.CodeRequest{Op: torpor.CodeRestart, Context: contextID})
+	return err
+}
+
+// DeleteCodeContext ends a code context and its interpreter.
+func (e *Engine) DeleteCodeContext(ctx context.Context, tenant, id, contextID string) error {
+	_, err := e.RunCode(ctx, tenant, id, torpor.CodeRequest{Op: torpor.CodeDelete, Context: contextID})
+	return err
 }

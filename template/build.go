@@ -54,6 +54,9 @@ func (m *Manager) Build(ctx context.Context, req torpor.TemplateBuildRequest, pr
 		if err := m.builder.Build(ctx, req, root, progress); err != nil {
 			return err
 		}
+		if err := addUsers(root, req.Users, m.now(), progress); err != nil {
+			return err
+		}
 		progress(fmt.Sprintf("root filesystem built in %s; storing it as a layer", time.Since(start).Round(time.Second)))
 		mk.source = torpor.TemplateSource{Kind: torpor.SourceDebootstrap, Ref: req.Debian + "+" + strings.Join(req.Packages, ",")}
 		return m.oneLayer(ctx, func() (io.ReadCloser, error) { return dirTar(root), nil }, progress, mk)

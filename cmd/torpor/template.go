@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -9,6 +10,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/torpor-dev/torpor"
+	"github.com/torpor-dev/torpor/client"
+	"github.com/torpor-dev/torpor/e2b/templates"
 )
 
 // templateCmd is `torpor template`: list, show, import, build and remove
@@ -228,18 +231,34 @@ func (c *cli) templateBuildCmd() *cobra.Command {
 		req      torpor.TemplateBuildRequest
 		packages []string
 		flags    templateFlags
+		e2b      bool
 	)
 	cmd := &cobra.Command{
-		Use:   "build NAME [--debian SUITE] [--packages PKG,...] [flags] [-- ENTRYPOINT...]",
+		Use:   "build NAME [--debian SUITE] [--packages PKG,...] [flags] [-- ENTRYPOINT...] | build --e2b [NAME...]",
 		Short: "Build a Debian template with debootstrap",
 		Long: `Build a minimal Debian root filesystem with debootstrap on the server, with
 the packages you name, from the server's Debian mirror, and make it a
 template. Progress is printed as it downloads; it takes a minute or more.
-Needs an admin key, and debootstrap on the server.`,
+Needs an admin key, and debootstrap on the server.
+
+--e2b builds the templates E2B programs get (e2b-base and
+e2b-code-interpreter, or those named), skipping those that exist: Debian
+with bash, coreutils, curl, git, python3, ca-certificates, procps, sudo and
+a "user" account owning /home/user. The daemon also builds them on first
+use.`,
 		Example: `  torpor template build python --debian bookworm --packages python3
-  torpor create --template python -- python3 -m http.server 8080`,
-		Args: cobra.MinimumNArgs(1),
+  torpor create --template python -- python3 -m http.server 8080
+  torpor template build --e2b`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if e2b {
+				return nil
+			}
+			return cobra.MinimumNArgs(1)(cmd, args)
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if e2b {
+				return c.buildE2BTemplates(cmd.Context(), args)
+			}
 			req.Name = args[0]
 			var err error
 			if req.TemplateOptions, err = flags.options(args[1:]); err != nil {
@@ -267,8 +286,44 @@ Needs an admin key, and debootstrap on the server.`,
 	f.StringVar(&req.Debian, "debian", torpor.DefaultDebianSuite, "Debian suite")
 	f.StringArrayVar(&packages, "packages", nil, "packages to install, comma-separated (repeatable)")
 	f.StringVar(&req.Mirror, "mirror", "", "Debian mirror URL (default: the server's apt sources)")
+	f.BoolVar(&e2b, "e2b", false, "build the templates for E2B programs (e2b-base, e2b-code-interpreter)")
 	flags.add(cmd)
 	return cmd
+}
+
+// buildE2BTemplates builds the E2B templates named (all when none) that
+// the server does not have yet.
+func (c *cli) buildE2BTemplates(ctx context.Context, names []string) error {
+	if len(names) == 0 {
+		for _, r := range templates.Recipes() {
+			names = append(names, r.Name)
+		}
+	}
+	cl, err := c.client()
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		req, ok := templates.Recipe(name)
+		if !ok {
+			return torpor.Invalid("name", "%q is not an E2B template (%s or %s)", name, templates.Base, templates.CodeInterpreter)
+		}
+		if _, err := cl.Template(ctx, name); err == nil {
+			fmt.Fprintf(c.stderr, "template %s exists\n", name)
+			fmt.Fprintln(c.stdout, name)
+			continue
+		} else if !client.IsNotFound(err) {
+			return err
+		}
+		t, err := cl.BuildTemplate(ctx, req, c.progressLine)
+		if err != nil {
+			return err
+		}
+		if err := c.printTemplate(t); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // printTemplate prints a made template: its name, or JSON.

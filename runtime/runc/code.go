@@ -53,7 +53,7 @@ func (r *Runtime) RunCode(ctx context.Context, ref torpor.InstanceRef, req torpo
 	if req.Timeout > 0 {
 		_ = c.SetDeadline(time.Now().Add(req.Timeout + codeGrace))
 	}
-	b, _ := json.Marshal(initproc.CodeRequest{Language: req.Language, Code: req.Code, TimeoutMS: req.Timeout.Milliseconds()})
+	b, _ := json.Marshal(initproc.NewCodeRequest(req))
 	if _, err := c.Write(append(b, '\n')); err != nil {
 		return torpor.CodeResult{}, r.codeFailure(ctx, id, err)
 	}
@@ -74,6 +74,8 @@ func (r *Runtime) RunCode(ctx context.Context, ref torpor.InstanceRef, req torpo
 		return torpor.CodeResult{}, fmt.Errorf("runc: code server of %s answered badly: %w", id, err)
 	}
 	switch {
+	case res.Refused != nil:
+		return torpor.CodeResult{}, res.RefusedError()
 	case res.Missing != "":
 		return torpor.CodeResult{}, &torpor.Error{Code: torpor.EInvalid, Param: "language",
 			Message: fmt.Sprintf("%s is not installed in this sandbox; %s needs a template that has it (e.g. `torpor template build python --debian bookworm --packages python3`)",

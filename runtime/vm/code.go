@@ -48,7 +48,7 @@ func (r *Runtime) RunCode(ctx context.Context, ref torpor.InstanceRef, req torpo
 	if req.Timeout > 0 {
 		deadline = time.Now().Add(req.Timeout + codeGrace)
 	}
-	res, err := r.codeCall(ctx, ref, initproc.CodeRequest{Language: req.Language, Code: req.Code, TimeoutMS: req.Timeout.Milliseconds()}, deadline, maxCodeAnswer)
+	res, err := r.codeCall(ctx, ref, initproc.NewCodeRequest(req), deadline, maxCodeAnswer)
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() && ctx.Err() == nil {
 		return torpor.CodeResult{TimedOut: true, Context: torpor.ContextExisting,
@@ -58,6 +58,8 @@ func (r *Runtime) RunCode(ctx context.Context, ref torpor.InstanceRef, req torpo
 		return torpor.CodeResult{}, err
 	}
 	switch {
+	case res.Refused != nil:
+		return torpor.CodeResult{}, res.RefusedError()
 	case res.Missing != "":
 		return torpor.CodeResult{}, &torpor.Error{Code: torpor.EInvalid, Param: "language",
 			Message: fmt.Sprintf("%s is not installed in this sandbox; %s needs a template that has it", initproc.SandboxText(res.Missing, 64), req.Language)}
