@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/torpor-dev/torpor"
+	e2btemplates "github.com/torpor-dev/torpor/e2b/templates"
 	"github.com/torpor-dev/torpor/network"
 	"github.com/torpor-dev/torpor/proxy"
 )
@@ -195,6 +196,7 @@ func DefaultConfig() Config {
 		PricingSnapshotGiBMonth: torpor.DefaultPricing.SnapshotGiBMonth,
 		SettleSeconds:           3600,
 		VMAccel:                 "auto",
+		E2BTemplates:            e2btemplates.DefaultAliases,
 	}
 }
 
@@ -322,6 +324,9 @@ func (c Config) validate() error {
 	}
 	if _, err := proxy.ParsePorts(c.ProxyTCPPorts); err != nil {
 		return fmt.Errorf("proxy_tcp_ports: %w", err)
+	}
+	if _, err := e2btemplates.ParseAliases(c.E2BTemplates); err != nil {
+		return fmt.Errorf("e2b_templates: %w", err)
 	}
 	if (c.ProxyTLSCert == "") != (c.ProxyTLSKey == "") {
 		return errors.New("proxy_tls_cert and proxy_tls_key go together")

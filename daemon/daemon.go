@@ -20,6 +20,8 @@ import (
 	"github.com/torpor-dev/torpor/api"
 	"github.com/torpor-dev/torpor/e2b"
 	"github.com/torpor-dev/torpor/e2b/envd"
+	"github.com/torpor-dev/torpor/e2b/interp"
+	e2btemplates "github.com/torpor-dev/torpor/e2b/templates"
 	"github.com/torpor-dev/torpor/lifecycle"
 	"github.com/torpor-dev/torpor/metrics"
 	"github.com/torpor-dev/torpor/network"
@@ -153,14 +155,19 @@ func Run(ctx context.Context, cfg Config, opt Options) error {
 		}
 		proxyAddr = pln.Addr().String()
 	}
-	e2bAPI := e2b.New(e2b.Config{Engine: eng, Auth: st, TemplateStore: st, Logger: log,
+	aliases, _ := e2btemplates.ParseAliases(cfg.E2BTemplates) // checked by LoadConfig
+	// A create waits for a template being built up to just under the
+	// SDKs' request timeout (60 s), then is told to retry.
+	e2bTemplates := e2btemplates.New(e2btemplates.Config{Builder: tmpls, Store: st, Aliases: aliases, Logger: log, MaxWait: 50 * time.Second})
+	e2bAPI := e2b.New(e2b.Config{Engine: eng, Auth: st, TemplateStore: st, Logger: log, Templates: e2bTemplates,
 		Domain: e2bDomain(cfg, proxyAddr), AllowInternetByDefault: sandboxNet != nil,
 		DefaultResources: cfg.limits().Default, Ready: srv.Ready})
 	hs := &http.Server{Handler: apiHandler(srv, e2bAPI), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	serveErr := make(chan error, 2)
 	go func() { serveErr <- hs.Serve(ln) }()
 	e2bServices := map[int]proxy.Service{
-		envd.Port: envd.New(envd.Config{Engine: eng, Logger: log}),
+		envd.Port:   envd.New(envd.Config{Engine: eng, Logger: log}),
+		interp.Port: interp.New(interp.Config{Engine: eng, Logger: log}),
 	}
 	if pln != nil {
 		if pln, err = proxyListener(cfg, pln); err != nil {

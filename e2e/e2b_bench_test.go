@@ -37,7 +37,7 @@ func BenchmarkE2B(b *testing.B) {
 		b.Skip("needs `npm ci` in e2e/e2b")
 	}
 	d := startDaemon(b, torporBin(b), b.TempDir())
-	if out, errs, code := d.cli("template", "build", "--e2b"); code != 0 {
+	if out, errs, code := d.cli("template", "build", "--e2b", "e2b-base"); code != 0 {
 		b.Fatalf("template build --e2b: %s%s", out, errs)
 	}
 	var env []string

@@ -95,12 +95,13 @@ func runNode(t *testing.T, node string, env []string, files ...string) {
 	}
 }
 
-// buildE2BTemplates builds the templates E2B programs ask for, once, with
-// the CLI (a create would otherwise wait for them).
+// buildE2BTemplates builds the template E2B programs ask for, once, with
+// the CLI (a create would otherwise wait for it); the code interpreter's
+// is made from it on first use.
 func buildE2BTemplates(t *testing.T, d *daemon) {
 	t.Helper()
 	start := time.Now()
-	out, errs, code := d.cli("template", "build", "--e2b")
+	out, errs, code := d.cli("template", "build", "--e2b", "e2b-base")
 	if code != 0 {
 		t.Fatalf("template build --e2b: exit %d\n%s\n%s", code, out, errs)
 	}

@@ -11,6 +11,7 @@ package interp
 
 import (
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -76,6 +77,30 @@ func newServer(eng Engine, cfg Config) *Server {
 	s.mux.HandleFunc("DELETE /contexts/{id}", s.deleteContext)
 	s.mux.HandleFunc("POST /contexts/{id}/restart", s.restartContext)
 	return s
+}
+
+// The headers that carry the sandbox's token: the SDK sends the envd
+// access token on /execute and the traffic access token on the /contexts
+// calls (torpor gives both the sandbox's traffic token).
+const (
+	HeaderAccessToken  = "X-Access-Token"
+	HeaderTrafficToken = "E2b-Traffic-Access-Token"
+)
+
+// Authorize tells whether r may reach sb's code interpreter: it carries
+// sb's token in either header. Nothing is woken before this passes.
+func (s *Server) Authorize(r *http.Request, sb *torpor.Sandbox) error {
+	token := r.Header.Get(HeaderAccessToken)
+	if token == "" {
+		token = r.Header.Get(HeaderTrafficToken)
+	}
+	switch {
+	case token == "":
+		return torpor.Errorf(torpor.EUnauthenticated, "send the sandbox's access token in %s", HeaderAccessToken)
+	case subtle.ConstantTimeCompare([]byte(token), []byte(sb.TrafficToken)) != 1:
+		return torpor.Errorf(torpor.EForbidden, "wrong access token")
+	}
+	return nil
 }
 
 // ServeSandbox answers one request for sb, which the proxy found,
