@@ -39,6 +39,8 @@ go test -count=1 -p 1 -timeout 20m $rest
 # in Go 1.27). Each count is some 10-20 s of this 2-core machine.
 echo "==> fuzzing the create body (4,000 inputs)"
 go test -run '^$' -fuzz FuzzCreateBody -fuzztime 4000x ./api/
+echo "==> fuzzing the E2B create body (3,000 inputs)"
+go test -run '^$' -fuzz FuzzE2BCreateBody -fuzztime 3000x -parallel 1 ./e2b/
 echo "==> fuzzing envd's Connect envelopes (20,000 inputs)"
 go test -run '^$' -fuzz FuzzConnectEnvelope -fuzztime 20000x ./e2b/envd/
 echo "==> fuzzing confined file paths (3,000 inputs)"

@@ -175,10 +175,13 @@ test('pause, then connect: files, /dev/shm, background processes and memory kept
   const counter = await sbx.commands.run('i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.1; done', { background: true })
   await sbx.commands.run('python3 -c "import time; time.sleep(0.1)"')
   await sleep(500)
+  const n1 = Number((await sbx.commands.run('cat /tmp/count')).stdout)
   assert.equal(await sbx.pause(), true)
   assert.equal((await Sandbox.getInfo(sbx.sandboxId)).state, 'paused')
   assert.equal(await Sandbox.pause(sbx.sandboxId), false) // already paused
-  const n1 = Number(await sbx.files.read('/tmp/count'))
+  // Without autoResume, envd is not reached while paused (the SDK says
+  // the sandbox is not running).
+  await assert.rejects(sbx.commands.run('true'), /not running/)
   await sleep(1500)
   const same = await Sandbox.connect(sbx.sandboxId)
   assert.equal((await same.getInfo()).state, 'running')
