@@ -89,6 +89,8 @@ func TestConfigErrors(t *testing.T) {
 		{"bad network range", map[string]string{"TORPOR_NETWORK_CIDR": "fd00::/64"}, nil, "network_cidr"},
 		{"too small a network range", nil, []string{"--network-cidr", "10.9.9.0/30"}, "network_cidr"},
 		{"bad TCP ports", nil, []string{"--proxy-tcp-ports", "22,80-70"}, "proxy_tcp_ports"},
+		{"a TLS certificate without its key", nil, []string{"--proxy-tls-cert", "/etc/cert.pem"}, "proxy_tls_cert and proxy_tls_key go together"},
+		{"bad E2B template aliases", map[string]string{"TORPOR_E2B_TEMPLATES": "base"}, nil, "e2b_templates"},
 		{"nameserver not an address", nil, []string{"--network-dns", "1.1.1.1,dns.example"}, "network_dns: \"dns.example\" is not an IP address"},
 		{"loopback nameserver", map[string]string{"TORPOR_NETWORK_DNS": "127.0.0.53"}, nil, "network_dns: 127.0.0.53 is a loopback address"},
 		{"link-local nameserver", nil, []string{"--network-dns", "169.254.169.254"}, "network_dns: 169.254.169.254 is a link-local"},

@@ -117,7 +117,9 @@ func TestE2BSDK(t *testing.T) {
 	if !strings.Contains(strings.Join(env, " "), "E2B_SANDBOX_URL=http://"+d.proxy) {
 		t.Fatalf("the printed environment does not name the proxy %s: %v", d.proxy, env)
 	}
-	runNode(t, node, env, "sdk.test.mjs", "interp.test.mjs")
+	// The CLI beside the SDK, on the same daemon.
+	cliEnv := append(env, "TORPOR_BIN="+d.bin, "TORPOR_URL=http://"+d.addr, "TORPOR_API_KEY="+d.key)
+	runNode(t, node, cliEnv, "sdk.test.mjs", "interp.test.mjs")
 
 	// The E2B_DOMAIN form: https://<port>-<id>.<domain>, with a wildcard
 	// certificate given to torpor serve and trusted through

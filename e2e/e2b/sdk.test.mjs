@@ -4,6 +4,7 @@
 import { test, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { existsSync } from 'node:fs'
+import { execFileSync } from 'node:child_process'
 import { Sandbox, CommandExitError, NotFoundError, FilesystemEventType } from 'e2b'
 
 const T = { timeout: 180_000 }
@@ -209,4 +210,20 @@ test('the timeout kills a sandbox created without auto-pause', T, async () => {
     if (Date.now() > end) assert.fail('still there 30 s after a 2 s timeout')
     await sleep(250)
   }
+})
+
+test('the same sandbox through torpor\'s native CLI at the same time', T, async () => {
+  const cli = (...args) => execFileSync(process.env.TORPOR_BIN, args, { encoding: 'utf8' })
+  const sbx = await create({ metadata: { via: 'e2b' } })
+  await sbx.files.write('/home/user/shared.txt', 'from the SDK')
+  assert.equal(cli('exec', sbx.sandboxId, '--', 'cat', '/home/user/shared.txt'), 'from the SDK')
+  const native = JSON.parse(cli('get', sbx.sandboxId, '--json'))
+  assert.equal(native.metadata.via, 'e2b')
+  assert.equal(native.state, 'running')
+  cli('pause', sbx.sandboxId)
+  assert.equal((await sbx.getInfo()).state, 'paused')
+  cli('start', sbx.sandboxId)
+  assert.equal((await sbx.commands.run('cat shared.txt')).stdout, 'from the SDK')
+  cli('rm', sbx.sandboxId)
+  assert.equal(await sbx.isRunning(), false)
 })
