@@ -166,7 +166,7 @@ func Run(ctx context.Context, cfg Config, opt Options) error {
 	serveErr := make(chan error, 2)
 	go func() { serveErr <- hs.Serve(ln) }()
 	e2bServices := map[int]proxy.Service{
-		envd.Port:   envd.New(envd.Config{Engine: eng, Logger: log}),
+		envd.Port:   envd.New(envd.Config{Engine: eng, Logger: log, MaxUploadBytes: cfg.MaxUploadMiB << 20}),
 		interp.Port: interp.New(interp.Config{Engine: eng, Logger: log}),
 	}
 	if pln != nil {

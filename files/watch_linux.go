@@ -41,6 +41,9 @@ func (r *Root) Watch(p string, recursive bool) (Watch, error) {
 	defer unix.Close(fd)
 	ifd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
 	if err != nil {
+		if err == unix.EMFILE || err == unix.ENFILE {
+			return nil, torpor.Errorf(torpor.EUnavailable, "no inotify instance is left on the host (fs.inotify.max_user_instances, or the daemon's open files)")
+		}
 		return nil, fmt.Errorf("files: inotify: %w", err)
 	}
 	w := &inotifyWatch{

@@ -44,6 +44,10 @@ const (
 type Config struct {
 	Engine *lifecycle.Engine
 	Logger *slog.Logger
+	// MaxUploadBytes bounds what one POST /files writes, after any
+	// Content-Encoding is undone (the daemon's max_upload_mib); 0: no
+	// limit.
+	MaxUploadBytes int64
 }
 
 // Server serves envd's API for every sandbox.
@@ -51,6 +55,8 @@ type Server struct {
 	eng *lifecycle.Engine
 	log *slog.Logger
 	mux *http.ServeMux
+	// maxUpload bounds what one POST /files writes (0: no limit).
+	maxUpload int64
 	// defaults remembers each sandbox boot's default user (defaultUser).
 	defaultsMu sync.Mutex
 	defaults   map[string]string
@@ -58,7 +64,7 @@ type Server struct {
 
 // New returns a server.
 func New(cfg Config) *Server {
-	s := &Server{eng: cfg.Engine, log: cfg.Logger, mux: http.NewServeMux(), defaults: map[string]string{}}
+	s := &Server{eng: cfg.Engine, log: cfg.Logger, mux: http.NewServeMux(), maxUpload: cfg.MaxUploadBytes, defaults: map[string]string{}}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -90,6 +96,11 @@ func (s *Server) Authorize(r *http.Request, sb *torpor.Sandbox) error {
 // ServeSandbox answers one request for sb, which the proxy found,
 // authorized and woke.
 func (s *Server) ServeSandbox(w http.ResponseWriter, r *http.Request, sb *torpor.Sandbox) {
+	if r.Header.Get(procHeaderTimeout) == "0" {
+		// No deadline, as the process calls read it (procTimeout), not
+		// one already past, as connect would make it.
+		r.Header.Del(procHeaderTimeout)
+	}
 	s.mux.ServeHTTP(w, r.WithContext(withSandbox(r.Context(), sb)))
 }
 

@@ -92,8 +92,10 @@ func fsEvents(ev files.Event) []*pb.FilesystemEvent {
 	return out
 }
 
+// keepaliveInterval reads the interval a watch asks for; one of more
+// than 2^31 seconds is no interval (it would overflow a Duration).
 func keepaliveInterval(h http.Header) time.Duration {
-	if n, err := strconv.Atoi(h.Get(headerKeepalive)); err == nil && n > 0 {
+	if n, err := strconv.ParseInt(h.Get(headerKeepalive), 10, 32); err == nil && n > 0 {
 		return time.Duration(n) * time.Second
 	}
 	return defaultKeepalive
