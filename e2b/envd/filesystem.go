@@ -23,7 +23,7 @@ import (
 
 // filesystemRoutes mounts the filesystem.Filesystem Connect service.
 func (s *Server) filesystemRoutes() {
-	p, h := filesystemconnect.NewFilesystemHandler(&fsService{s: s, watchers: newWatchers()})
+	p, h := filesystemconnect.NewFilesystemHandler(&fsService{s: s, watchers: newWatchers(), budget: &watchBudget{}})
 	s.mux.Handle(p, h)
 }
 
@@ -32,6 +32,7 @@ func (s *Server) filesystemRoutes() {
 type fsService struct {
 	s        *Server
 	watchers *watchers // watch.go
+	budget   *watchBudget
 }
 
 var _ filesystemconnect.FilesystemHandler = (*fsService)(nil)

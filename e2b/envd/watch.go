@@ -23,6 +23,7 @@ package envd
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"sync"
@@ -41,6 +42,13 @@ const (
 	headerKeepalive   = "Keepalive-Ping-Interval"
 	defaultKeepalive  = 90 * time.Second
 	maxWatchersPerBox = 64
+	// Watches open at once (streams and polled watchers alike), per
+	// sandbox and in the whole daemon: each holds an inotify instance of
+	// the host, of which a user has 128 by default
+	// (fs.inotify.max_user_instances), so one sandbox must not take them
+	// all from the others and from the host.
+	maxWatchesPerSandbox = 16
+	maxWatchesInAll      = 96
 	// maxPendingEvents bounds what a polled watcher keeps between two
 	// GetWatcherEvents; beyond it the watcher fails (events were lost).
 	maxPendingEvents = 10000
@@ -68,7 +76,64 @@ func (f *fsService) startWatch(ctx context.Context, h http.Header, p string, rec
 	if !ok {
 		return nil, connect.NewError(connect.CodeUnimplemented, errors.New("watching directories is not available for this sandbox's runtime"))
 	}
-	return wr.Watch(dir, recursive)
+	release, err := f.budget.take(sandboxOf(ctx).ID)
+	if err != nil {
+		return nil, err
+	}
+	w, err := wr.Watch(dir, recursive)
+	if err != nil {
+		release()
+		return nil, err
+	}
+	return &budgeted{Watch: w, release: release}, nil
+}
+
+// watchBudget counts the watches open, per sandbox and in all.
+type watchBudget struct {
+	mu    sync.Mutex
+	total int
+	per   map[string]int
+}
+
+// take counts one more watch of the sandbox, or refuses it past a bound;
+// release gives it back.
+func (b *watchBudget) take(sandbox string) (release func(), err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case b.per[sandbox] >= maxWatchesPerSandbox:
+		return nil, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("this sandbox already has %d directory watches open: stop one first", maxWatchesPerSandbox))
+	case b.total >= maxWatchesInAll:
+		return nil, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("the node has %d directory watches open, its most: retry later", maxWatchesInAll))
+	}
+	if b.per == nil {
+		b.per = map[string]int{}
+	}
+	b.per[sandbox]++
+	b.total++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			b.total--
+			if b.per[sandbox]--; b.per[sandbox] <= 0 {
+				delete(b.per, sandbox)
+			}
+		})
+	}, nil
+}
+
+// budgeted is a watch that gives its place in the budget back when it is
+// closed.
+type budgeted struct {
+	files.Watch
+	release func()
+}
+
+func (b *budgeted) Close() error {
+	defer b.release()
+	return b.Watch.Close()
 }
 
 // fsEvents turns a change into envd's events, one per operation, in
@@ -178,6 +243,7 @@ func (p *polled) collect() {
 		p.err = p.w.Err()
 	}
 	p.mu.Unlock()
+	p.w.Close() // gives its place in the budget back
 }
 
 func (f *fsService) CreateWatcher(ctx context.Context, req *connect.Request[pb.CreateWatcherRequest]) (*connect.Response[pb.CreateWatcherResponse], error) {
