@@ -268,6 +268,7 @@ func TestCreateDefaults(t *testing.T) {
 		{"/sandboxes", `{"templateID":"base"}`, 15 * time.Second, "kill", false, torpor.ActionKill},
 		{"/v2/sandboxes", `{"templateID":"base","autoPause":true,"autoResume":{"enabled":true}}`, 300 * time.Second, "pause", true, torpor.ActionPause},
 		{"/v2/sandboxes", `{"templateID":"base","lifecycle":{"onTimeout":"pause","autoResume":true}}`, 300 * time.Second, "pause", true, torpor.ActionPause},
+		{"/v2/sandboxes", `{"templateID":"base","timeout":60,"lifecycle":{"on_timeout":"pause","auto_resume":true}}`, time.Minute, "pause", true, torpor.ActionPause},
 		{"/v2/sandboxes", `{"templateID":"base","autoPause":true,"autoPauseMemory":false}`, 300 * time.Second, "pause", false, torpor.ActionHibernate},
 		{"/v2/sandboxes", `{"templateID":"code-interpreter-v1","timeout":3600,"allow_internet_access":false}`, time.Hour, "kill", false, torpor.ActionKill},
 	}

@@ -144,6 +144,12 @@ func createRequest(b newSandbox, defTimeout int64, internet bool) (torpor.Create
 		resume = b.AutoResume.Enabled
 	}
 	if l := b.Lifecycle; l != nil {
+		if l.OnTimeout == nil {
+			l.OnTimeout = l.OnTimeoutSnake
+		}
+		if l.AutoResume == nil {
+			l.AutoResume = l.AutoResumeSnake
+		}
 		if l.OnTimeout != nil {
 			var act string
 			switch *l.OnTimeout {

@@ -39,6 +39,9 @@ type autoResume struct {
 type lifecycleBody struct {
 	OnTimeout  *string `json:"onTimeout"`
 	AutoResume *bool   `json:"autoResume"`
+	// The CubeSandbox spelling of the same two (spec 000).
+	OnTimeoutSnake  *string `json:"on_timeout"`
+	AutoResumeSnake *bool   `json:"auto_resume"`
 }
 
 // sandboxAnswer is E2B's Sandbox: the answer of create, resume and
