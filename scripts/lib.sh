@@ -151,11 +151,40 @@ build_vm_agent() {
   (cd "$ROOT" && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$1" ./cmd/torpor-agent)
 }
 
-# ensure_e2b_sdk: Node.js and npm from Debian, and the official E2B SDKs
-# at the versions e2e/e2b/package-lock.json pins (npm ci), for the E2B
-# compatibility suite (e2e/e2b_test.go).
+# node_ok: the node in PATH is at least 20.18.1, what the E2B SDKs need.
+node_ok() {
+  local v
+  v=$(node --version 2>/dev/null | sed 's/^v//') || return 1
+  [[ -n $v && $(printf '%s\n%s\n' 20.18.1 "$v" | sort -V | head -1) == 20.18.1 ]]
+}
+
+# NODE_PKG_VERSION is the Node.js that ensure_e2b_sdk takes from the npm
+# registry where Debian's is too old (Debian 12 ships 18).
+NODE_PKG_VERSION=22.23.5
+
+# ensure_e2b_sdk: Node.js and npm (Debian's packages where missing), a
+# Node.js new enough for the official E2B SDKs (from the npm registry's
+# node-linux-<arch> package, into /usr/local/lib/torpor-node, when the one
+# installed is older than 20.18.1), and the SDKs at the versions
+# e2e/e2b/package-lock.json pins (npm ci), for the E2B compatibility suite
+# (e2e/e2b_test.go). Puts that node first in PATH.
 ensure_e2b_sdk() {
-  apt_install nodejs npm
-  echo "==> installing the E2B SDKs for the compatibility suite (npm ci)"
+  command -v node >/dev/null 2>&1 || apt_install nodejs
+  command -v npm >/dev/null 2>&1 || apt_install npm
+  if ! node_ok; then
+    local arch dest
+    case $(dpkg --print-architecture) in
+      amd64) arch=x64 ;;
+      arm64) arch=arm64 ;;
+      *) echo "error: no Node.js package for $(dpkg --print-architecture) in the npm registry" >&2; return 1 ;;
+    esac
+    dest=/usr/local/lib/torpor-node
+    if [[ ! -x $dest/node_modules/node-linux-$arch/bin/node ]] || ! "$dest/node_modules/node-linux-$arch/bin/node" --version | grep -qx "v$NODE_PKG_VERSION"; then
+      echo "==> Node.js $(node --version 2>/dev/null) is older than the E2B SDKs need (20.18.1): installing Node.js $NODE_PKG_VERSION from the npm registry"
+      npm install --no-audit --no-fund --loglevel=error --prefix "$dest" "node-linux-$arch@$NODE_PKG_VERSION"
+    fi
+    export PATH="$dest/node_modules/node-linux-$arch/bin:$PATH"
+  fi
+  echo "==> Node.js $(node --version); installing the E2B SDKs for the compatibility suite (npm ci)"
   (cd "$ROOT/e2e/e2b" && npm ci --no-audit --no-fund --loglevel=error)
 }
