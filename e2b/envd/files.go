@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"io"
 	"mime"
-	"mime/multipart"
 	"net/http"
 	"path"
 	"strconv"
@@ -271,7 +270,11 @@ func (s *Server) postFiles(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusBadRequest, "the multipart body has no boundary")
 			return
 		}
-		mr := multipart.NewReader(body, params["boundary"])
+		mr, err := newFormReader(body, params["boundary"])
+		if err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
 		if out, err = c.writeParts(mr, q.Get("path")); err != nil {
 			s.httpError(w, err)
 			return
@@ -299,7 +302,7 @@ func (c *fsCall) write(p string, src io.Reader) error {
 // writeParts writes each "file" part of a form: to target when given,
 // else to the part's file name, a path (read whole from the part's
 // Content-Disposition, not cut to its base name).
-func (c *fsCall) writeParts(mr *multipart.Reader, target string) ([]uploaded, error) {
+func (c *fsCall) writeParts(mr *formReader, target string) ([]uploaded, error) {
 	var out []uploaded
 	seen := map[string]bool{}
 	for {
