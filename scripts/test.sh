@@ -43,6 +43,8 @@ echo "==> fuzzing the E2B create body (3,000 inputs)"
 go test -run '^$' -fuzz FuzzE2BCreateBody -fuzztime 3000x -parallel 1 ./e2b/
 echo "==> fuzzing envd's Connect envelopes (20,000 inputs)"
 go test -run '^$' -fuzz FuzzConnectEnvelope -fuzztime 20000x ./e2b/envd/
+echo "==> fuzzing envd's multipart reader against mime/multipart (50,000 inputs)"
+go test -run '^$' -fuzz FuzzFormReader -fuzztime 50000x ./e2b/envd/
 echo "==> fuzzing confined file paths (3,000 inputs)"
 go test -run '^$' -fuzz FuzzPaths -fuzztime 3000x ./files/
 echo "==> fuzzing the proxy's request heads against net/http (50,000 inputs)"
