@@ -36,13 +36,15 @@ go test -count=1 -p 1 -timeout 20m $rest
 # Fuzzing budgets are counts of inputs, not durations: a -fuzztime
 # duration races Go 1.26's fuzz coordinator at its deadline and can fail
 # with "context deadline exceeded" and no crasher (golang/go#75804, fixed
-# in Go 1.27). Each count is some 10-20 s of this 2-core machine.
+# in Go 1.27). Each count is some 10-20 s of this 2-core machine. The
+# targets that serve requests minimize a new input by count too: at the
+# default (60 s of replays) one minimization stalled the run for a minute.
 echo "==> fuzzing the create body (4,000 inputs)"
 go test -run '^$' -fuzz FuzzCreateBody -fuzztime 4000x ./api/
 echo "==> fuzzing the E2B create body (3,000 inputs)"
-go test -run '^$' -fuzz FuzzE2BCreateBody -fuzztime 3000x -parallel 1 ./e2b/
+go test -run '^$' -fuzz FuzzE2BCreateBody -fuzztime 3000x -fuzzminimizetime 50x -parallel 1 ./e2b/
 echo "==> fuzzing envd's Connect envelopes (20,000 inputs)"
-go test -run '^$' -fuzz FuzzConnectEnvelope -fuzztime 20000x ./e2b/envd/
+go test -run '^$' -fuzz FuzzConnectEnvelope -fuzztime 20000x -fuzzminimizetime 50x ./e2b/envd/
 echo "==> fuzzing envd's multipart reader against mime/multipart (50,000 inputs)"
 go test -run '^$' -fuzz FuzzFormReader -fuzztime 50000x ./e2b/envd/
 echo "==> fuzzing confined file paths (3,000 inputs)"

@@ -70,10 +70,10 @@ func FuzzConnectEnvelope(f *testing.F) {
 	f.Fuzz(func(t *testing.T, which uint8, body []byte) {
 		ep := endpoints[int(which)%len(endpoints)]
 		for _, b := range [][]byte{body, frame(0, body)} {
-			rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			rctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 			r := httptest.NewRequestWithContext(rctx, "POST", ep.path, bytes.NewReader(b))
 			r.Header.Set("Content-Type", ep.ctype)
-			r.Header.Set("Connect-Timeout-Ms", "1000")
+			r.Header.Set("Connect-Timeout-Ms", "200")
 			w := httptest.NewRecorder()
 			h.ServeHTTP(w, r)
 			cancel()
