@@ -7,9 +7,12 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/json"
 	"encoding/pem"
+	"io"
 	"math/big"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +20,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/torpor-dev/torpor"
 )
 
 // The E2B compatibility suite: the official `e2b` and
@@ -121,13 +126,24 @@ func TestE2BSDK(t *testing.T) {
 	cliEnv := append(env, "TORPOR_BIN="+d.bin, "TORPOR_URL=http://"+d.addr, "TORPOR_API_KEY="+d.key)
 	runNode(t, node, cliEnv, "sdk.test.mjs", "interp.test.mjs")
 
+	checkE2BRoutes(t, d)
+
 	// The E2B_DOMAIN form: https://<port>-<id>.<domain>, with a wildcard
 	// certificate given to torpor serve and trusted through
 	// NODE_EXTRA_CA_CERTS; *.e2b.test resolves to loopback for node only.
 	d.shutdown()
 	certDir := t.TempDir()
 	cert, key := wildcardCert(t, certDir, "e2b.test")
-	d = startDaemon(t, torporBin(t), dataDir, "TORPOR_PROXY_DOMAIN=e2b.test", "TORPOR_PROXY_TLS_CERT="+cert, "TORPOR_PROXY_TLS_KEY="+key)
+	d = startDaemon(t, torporBin(t), dataDir, "TORPOR_PROXY_DOMAIN=e2b.test", "TORPOR_PROXY_TLS_CERT="+cert, "TORPOR_PROXY_TLS_KEY="+key,
+		"TORPOR_E2B_TEMPLATES=base=e2b-base,code-interpreter-v1=e2b-code-interpreter,tiny=base")
+	// An alias of the daemon's own: "tiny" is torpor's busybox template.
+	var made struct{ SandboxID string }
+	if code := e2bCall(t, d, "POST", "/sandboxes", `{"templateID":"tiny","timeout":60}`, &made); code != 201 {
+		t.Fatalf("create from an alias: %d", code)
+	}
+	if sb := d.get(made.SandboxID); sb.Template != "base" {
+		t.Fatalf("the alias tiny made a sandbox of %q", sb.Template)
+	}
 	env = e2bEnv(t, d)
 	_, port, _ := net.SplitHostPort(d.proxy)
 	if !strings.Contains(strings.Join(env, " "), "E2B_DOMAIN=e2b.test:"+port) {
@@ -167,4 +183,83 @@ func wildcardCert(t *testing.T, dir, domain string) (certFile, keyFile string) {
 		t.Fatal(err)
 	}
 	return certFile, keyFile
+}
+
+// e2bCall sends one request to the daemon's E2B API with its admin key and
+// decodes the JSON answer into out (when not nil); it returns the status.
+func e2bCall(t *testing.T, d *daemon, method, path, body string, out any) int {
+	t.Helper()
+	req, err := http.NewRequest(method, "http://"+d.addr+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("X-API-KEY", d.key)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if out != nil && resp.StatusCode < 300 && len(b) > 0 {
+		if err := json.Unmarshal(b, out); err != nil {
+			t.Fatalf("%s %s: %v: %s", method, path, err, b)
+		}
+	}
+	return resp.StatusCode
+}
+
+// checkE2BRoutes calls, through the real daemon, the E2B routes that the
+// SDK suite does not: the v1 list, the deprecated resume, v1 connect,
+// refreshes and the template list.
+func checkE2BRoutes(t *testing.T, d *daemon) {
+	var sb struct {
+		SandboxID, EnvdAccessToken string
+	}
+	if code := e2bCall(t, d, "POST", "/sandboxes", `{"templateID":"base","timeout":120,"metadata":{"route":"v1"}}`, &sb); code != 201 || sb.EnvdAccessToken == "" {
+		t.Fatalf("POST /sandboxes: %d %+v", code, sb)
+	}
+	var listed []struct{ SandboxID string }
+	if code := e2bCall(t, d, "GET", "/sandboxes?metadata=route%3Dv1", "", &listed); code != 200 || len(listed) != 1 || listed[0].SandboxID != sb.SandboxID {
+		t.Fatalf("GET /sandboxes: %d %+v", code, listed)
+	}
+	if code := e2bCall(t, d, "POST", "/sandboxes/"+sb.SandboxID+"/refreshes", `{"duration":600}`, nil); code != 204 {
+		t.Fatalf("refreshes: %d", code)
+	}
+	var info struct{ EndAt time.Time }
+	if e2bCall(t, d, "GET", "/sandboxes/"+sb.SandboxID, "", &info); time.Until(info.EndAt) < 500*time.Second {
+		t.Fatalf("a refresh of 600 s left the end at %v", info.EndAt)
+	}
+	if code := e2bCall(t, d, "POST", "/sandboxes/"+sb.SandboxID+"/pause", "", nil); code != 204 {
+		t.Fatalf("pause: %d", code)
+	}
+	if code := e2bCall(t, d, "POST", "/sandboxes/"+sb.SandboxID+"/resume", `{"timeout":60}`, nil); code != 201 {
+		t.Fatalf("resume: %d", code)
+	}
+	if code := e2bCall(t, d, "POST", "/sandboxes/"+sb.SandboxID+"/resume", `{"timeout":60}`, nil); code != 409 {
+		t.Fatalf("resume of a running sandbox: %d, want 409", code)
+	}
+	e2bCall(t, d, "POST", "/sandboxes/"+sb.SandboxID+"/pause", "", nil)
+	if code := e2bCall(t, d, "POST", "/sandboxes/"+sb.SandboxID+"/connect", `{"timeout":60}`, nil); code != 201 {
+		t.Fatalf("v1 connect of a paused sandbox: %d", code)
+	}
+	if got := d.get(sb.SandboxID); got.State != torpor.StateRunning {
+		t.Fatalf("after connect: %s", got.State)
+	}
+	var tmpls []struct{ TemplateID string }
+	if code := e2bCall(t, d, "GET", "/templates", "", &tmpls); code != 200 {
+		t.Fatalf("GET /templates: %d", code)
+	}
+	names := ""
+	for _, tm := range tmpls {
+		names += " " + tm.TemplateID
+	}
+	if !strings.Contains(names, "e2b-base") {
+		t.Fatalf("GET /templates lists%s", names)
+	}
+	if code := e2bCall(t, d, "DELETE", "/sandboxes/"+sb.SandboxID, "", nil); code != 204 {
+		t.Fatalf("kill: %d", code)
+	}
 }
