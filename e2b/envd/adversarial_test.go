@@ -264,6 +264,15 @@ func followers() int {
 	return strings.Count(st, "envd.processService.follow(") + strings.Count(st, "envd.(*fsService).WatchDir(")
 }
 
+// settledFollowers waits (up to 10 s) for the streams of earlier tests to
+// end on the server, and returns how many are left.
+func settledFollowers() int {
+	for deadline := time.Now().Add(10 * time.Second); followers() != 0 && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	return followers()
+}
+
 func awaitFollowers(t *testing.T, want int) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
@@ -293,7 +302,7 @@ func TestStreamsEndWithTheirClients(t *testing.T) {
 	hc := e.client(sb.ID, sb.TrafficToken, envd.Port)
 	pc := processconnect.NewProcessClient(hc, e.proxy, connect.WithProtoJSON())
 	fsc := filesystemconnect.NewFilesystemClient(hc, e.proxy, connect.WithProtoJSON())
-	base := followers()
+	base := settledFollowers()
 
 	ctx, cancel := context.WithCancel(context.Background())
 	s, err := pc.Start(ctx, connect.NewRequest(&process.StartRequest{Process: &process.ProcessConfig{Cmd: "sleep", Args: []string{"1000"}}}))
