@@ -186,3 +186,20 @@ func isLanguage(s string) bool {
 	}
 	return false
 }
+
+// CodeOutput is what a snippet running in a code context has written so
+// far, from the offsets asked: Running is false when no snippet runs
+// there (then nothing is read).
+type CodeOutput struct {
+	Stdout  string `json:"stdout,omitempty"`
+	Stderr  string `json:"stderr,omitempty"`
+	Running bool   `json:"running"`
+}
+
+// CodeOutputReader is an optional Runtime capability: the output a
+// snippet running in a context (python) has written so far, while it
+// runs, so that it can be streamed (E2B's code interpreter). Offsets are
+// byte offsets into the running snippet's stdout and stderr.
+type CodeOutputReader interface {
+	CodeOutput(ctx context.Context, ref InstanceRef, context string, stdoutOffset, stderrOffset int64) (CodeOutput, error)
+}

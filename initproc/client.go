@@ -37,6 +37,19 @@ func (p ProcessClient) StartProcess(ctx context.Context, ref torpor.InstanceRef,
 	return *res.Info, nil
 }
 
+// CodeOutput reads what the snippet running in a code context wrote so
+// far (torpor.CodeOutputReader).
+func (p ProcessClient) CodeOutput(ctx context.Context, ref torpor.InstanceRef, context string, stdoutOffset, stderrOffset int64) (torpor.CodeOutput, error) {
+	res, err := p.proc(ctx, ref, ProcRequest{Op: ProcCodeOutput, Context: context, Offset: stdoutOffset, ErrOffset: stderrOffset})
+	if err != nil {
+		return torpor.CodeOutput{}, err
+	}
+	if res.Code == nil {
+		return torpor.CodeOutput{}, fmt.Errorf("%s: the code server of %s did not answer with code output", p.Who, ref.SandboxID)
+	}
+	return *res.Code, nil
+}
+
 // ListProcesses lists the sandbox's background processes.
 func (p ProcessClient) ListProcesses(ctx context.Context, ref torpor.InstanceRef) ([]torpor.ProcessInfo, error) {
 	res, err := p.proc(ctx, ref, ProcRequest{Op: ProcList})

@@ -261,6 +261,9 @@ func (s *codeServer) handle(c net.Conn) {
 	var res CodeResponse
 	if err := json.Unmarshal(line, &req); err != nil {
 		res.Fail = "bad request: " + err.Error()
+	} else if req.Proc != nil && req.Proc.Op == ProcCodeOutput {
+		pr := s.codeOutput(*req.Proc)
+		res.Proc = &pr
 	} else if req.Proc != nil {
 		pr := s.procs.handle(*req.Proc)
 		res.Proc = &pr
@@ -299,6 +302,31 @@ func (s *codeServer) run(req CodeRequest, gone <-chan struct{}) CodeResponse {
 		return s.snippet(req, gone)
 	}
 	return CodeResponse{Fail: fmt.Sprintf("unknown operation %q", req.Op)}
+}
+
+// codeOutput answers ProcCodeOutput: what the python snippet running in
+// the context named (a language: its default context) wrote so far. It
+// never makes a context and never waits.
+func (s *codeServer) codeOutput(pr ProcRequest) ProcResponse {
+	key := pr.Context
+	if key == "" {
+		key = torpor.LanguagePython
+	}
+	s.mu.Lock()
+	c := s.ctxs[key]
+	var in *interp
+	if c != nil && c.lang == torpor.LanguagePython {
+		in = c.in
+	}
+	s.mu.Unlock()
+	out := torpor.CodeOutput{}
+	if in != nil {
+		var runErr bool
+		out.Stdout, out.Running = in.out.since(pr.Offset)
+		out.Stderr, runErr = in.errs.since(pr.ErrOffset)
+		out.Running = out.Running && runErr
+	}
+	return ProcResponse{Code: &out}
 }
 
 // lookup finds the context a request names; a default one is made.
@@ -803,6 +831,8 @@ type codeOutput struct {
 	buf     []byte
 	tail    []byte
 	dropped bool
+	// live: a snippet runs (see since).
+	live    bool
 	changed chan struct{}
 }
 
@@ -846,7 +876,29 @@ func (o *codeOutput) write(p []byte) {
 func (o *codeOutput) reset() {
 	o.mu.Lock()
 	o.buf, o.tail, o.dropped = o.buf[:0], o.tail[:0], false
+	o.live = true
 	o.mu.Unlock()
+}
+
+// endMark begins the mark the python driver writes after a snippet.
+var endMark = []byte("\x00torpor-end-")
+
+// since returns what the running snippet wrote from byte off on, up to
+// its end mark, holding back a NUL that may begin one; running is false
+// when no snippet runs (reset began one; take and cut end it).
+func (o *codeOutput) since(off int64) (s string, running bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !o.live || o.dropped || off < 0 || off > int64(len(o.buf)) {
+		return "", o.live
+	}
+	b := o.buf[off:]
+	if i := bytes.Index(b, endMark); i >= 0 {
+		b = b[:i]
+	} else if i := bytes.LastIndexByte(b, 0); i >= 0 && len(b)-i < len(endMark) {
+		b = b[:i]
+	}
+	return string(b), true
 }
 
 // awaitMark waits (at most limit) until mark has come through, then takes
@@ -878,7 +930,7 @@ func (o *codeOutput) take() string {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	s := string(o.buf)
-	o.buf, o.tail, o.dropped = o.buf[:0], o.tail[:0], false
+	o.buf, o.tail, o.dropped, o.live = o.buf[:0], o.tail[:0], false, false
 	return s
 }
 
@@ -905,7 +957,7 @@ func (o *codeOutput) cut(mark []byte) (before, rest string, ok bool) {
 	} else {
 		before = string(o.buf[:i])
 	}
-	o.buf, o.tail, o.dropped = o.buf[:0], o.tail[:0], false
+	o.buf, o.tail, o.dropped, o.live = o.buf[:0], o.tail[:0], false, false
 	return before, rest, true
 }
 

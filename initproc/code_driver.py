@@ -10,6 +10,11 @@ _state = {"displays": None, "busy": False, "size": 0}
 # The rich outputs of one snippet are bounded all together.
 _MAX_DISPLAY = 32 << 20
 os.environ.setdefault("MPLBACKEND", "Agg")
+# What a snippet prints goes straight to fds 1 and 2, write by write, as
+# its subprocesses' output does: the code server reads it from there, so
+# it can be streamed while the snippet runs, in the order it was written.
+_live_out = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8", errors="replace", write_through=True)
+_live_err = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="replace", write_through=True)
 
 # A notebook's formatters: method name, MIME type, whether it gives bytes.
 _FORMATS = (
@@ -125,10 +130,9 @@ def _flush_figures():
 
 
 def _run(code):
-    out, err = io.StringIO(), io.StringIO()
     res = {"stdout": "", "stderr": "", "result": None, "error": None, "displays": []}
     _state["displays"], _state["size"] = res["displays"], 0
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    with contextlib.redirect_stdout(_live_out), contextlib.redirect_stderr(_live_err):
         try:
             _state["busy"] = True
             tree = ast.parse(code, "<code>", "exec")
@@ -158,7 +162,6 @@ def _run(code):
         finally:
             _state["busy"] = False
     _state["displays"] = None
-    res["stdout"], res["stderr"] = out.getvalue(), err.getvalue()
     return res
 
 

@@ -375,3 +375,46 @@ func TestCodeServerBash(t *testing.T) {
 		t.Fatalf("bash state: %+v", r)
 	}
 }
+
+// A python snippet's output can be read while it runs, from offsets,
+// and nothing is read between snippets.
+func TestCodeServerOutputWhileRunning(t *testing.T) {
+	needPython(t)
+	sock := startTestCodeServer(t)
+	runCode(t, sock, "python", "import time, sys", 0) // the interpreter is up
+	peek := func(out, errs int64) torpor.CodeOutput {
+		r := codeReq(t, sock, CodeRequest{Proc: &ProcRequest{Op: ProcCodeOutput, Context: "python", Offset: out, ErrOffset: errs}})
+		if r.Proc == nil || r.Proc.Code == nil {
+			t.Fatalf("code output: %+v", r)
+		}
+		return *r.Proc.Code
+	}
+	if got := peek(0, 0); got.Running || got.Stdout != "" {
+		t.Fatalf("between snippets: %+v", got)
+	}
+	done := make(chan CodeResponse, 1)
+	go func() {
+		done <- runCode(t, sock, "python", "print('first'); print('oops', file=sys.stderr); sys.stdout.write('x'); time.sleep(1.5); print('second')", 0)
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	var got torpor.CodeOutput
+	for got = peek(0, 0); got.Stdout != "first\nx" || got.Stderr != "oops\n"; got = peek(0, 0) {
+		if time.Now().After(deadline) {
+			t.Fatalf("while it runs: %+v", got)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !got.Running {
+		t.Fatalf("not running: %+v", got)
+	}
+	if rest := peek(6, 5); rest.Stdout != "x" || rest.Stderr != "" {
+		t.Fatalf("from offsets: %+v", rest)
+	}
+	res := <-done
+	if res.Stdout != "first\nxsecond\n" || res.Stderr != "oops\n" {
+		t.Fatalf("the snippet's output: %q %q", res.Stdout, res.Stderr)
+	}
+	if got := peek(0, 0); got.Running || got.Stdout != "" {
+		t.Fatalf("after it: %+v", got)
+	}
+}

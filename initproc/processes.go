@@ -46,6 +46,9 @@ const (
 	ProcOutput = "output"
 	ProcStdin  = "stdin"
 	ProcSignal = "signal"
+	// ProcCodeOutput reads what the snippet running in a code context
+	// wrote so far (code.go), so that it can be streamed.
+	ProcCodeOutput = "code_output"
 )
 
 // ProcRequest is a process-table operation sent to the code server (in
@@ -75,6 +78,10 @@ type ProcRequest struct {
 	// end when there is none at Offset; Split answers in Chunks, by stream.
 	WaitMS int64 `json:"wait_ms,omitempty"`
 	Split  bool  `json:"split,omitempty"`
+	// Code output: the context, and where in its stdout (Offset) and
+	// stderr (ErrOffset) to read from.
+	Context   string `json:"context,omitempty"`
+	ErrOffset int64  `json:"err_offset,omitempty"`
 }
 
 // ProcChunk is a run of output from one stream (in ProcResponse.Chunks).
@@ -94,6 +101,8 @@ type ProcResponse struct {
 	Chunks []ProcChunk `json:"chunks,omitempty"`
 	// Signal is the signal that ended the process, once its output ended.
 	Signal int `json:"signal,omitempty"`
+	// Code is what a running snippet wrote so far (ProcCodeOutput).
+	Code *torpor.CodeOutput `json:"code,omitempty"`
 	// NotFound: no process has that id. Invalid and Conflict say why the
 	// operation was refused.
 	NotFound bool   `json:"not_found,omitempty"`

@@ -76,3 +76,24 @@ func (e *Engine) DeleteCodeContext(ctx context.Context, tenant, id, contextID st
 	_, err := e.RunCode(ctx, tenant, id, torpor.CodeRequest{Op: torpor.CodeDelete, Context: contextID})
 	return err
 }
+
+// CodeOutput returns what the snippet running in one of tenant's
+// sandboxes' code contexts wrote so far, from the offsets given, for
+// streaming it. It wakes nothing and is no activity (the run it follows
+// is); a sandbox that is not running, or a runtime that cannot tell, has
+// nothing to read.
+func (e *Engine) CodeOutput(ctx context.Context, tenant, id, contextID string, stdoutOffset, stderrOffset int64) (torpor.CodeOutput, error) {
+	sb, err := e.load(ctx, tenant, id)
+	if err != nil || sb.State != torpor.StateRunning {
+		return torpor.CodeOutput{}, err
+	}
+	rt, err := e.runtime(sb.Runtime.Kind)
+	if err != nil {
+		return torpor.CodeOutput{}, err
+	}
+	r, ok := rt.(torpor.CodeOutputReader)
+	if !ok {
+		return torpor.CodeOutput{}, nil
+	}
+	return r.CodeOutput(ctx, ref(sb), contextID, stdoutOffset, stderrOffset)
+}

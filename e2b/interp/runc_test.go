@@ -1,9 +1,11 @@
 package interp
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	pngpkg "image/png"
 	"log/slog"
@@ -258,13 +260,39 @@ func TestExecuteInSandbox(t *testing.T) {
 	if got = execute(t, hs.URL, `{"code":"import os\nstr(os.environ.get('V'))"}`); mainText(t, got) != "None" {
 		t.Errorf("env after: %v", got)
 	}
+	// Output streams while the cell runs: the first line comes a good
+	// while before the end, and nothing comes twice.
+	resp, err := http.Post(hs.URL+"/execute", "application/json", strings.NewReader(`{"code":"import time\nprint('early')\ntime.sleep(2)\nprint('late')"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var early, end time.Time
+	var outs []string
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		var l map[string]any
+		_ = json.Unmarshal(sc.Bytes(), &l)
+		switch l["type"] {
+		case "stdout":
+			outs = append(outs, l["text"].(string))
+			if early.IsZero() {
+				early = time.Now()
+			}
+		case "end_of_execution":
+			end = time.Now()
+		}
+	}
+	resp.Body.Close()
+	if strings.Join(outs, "") != "early\nlate\n" || early.IsZero() || end.Sub(early) < time.Second {
+		t.Errorf("streamed output %q: first at %v, end at %v", outs, early, end)
+	}
 	if got = execute(t, hs.URL, `{"code":"echo $((1+2)); arr=(a b); echo ${arr[1]}","language":"bash"}`); got["stdout"][0]["text"] != "3\nb\n" {
 		t.Errorf("bash: %v", got)
 	}
 
 	// Contexts: their own state and directory; restart drops the state,
 	// delete the context.
-	resp, err := http.Post(hs.URL+"/contexts", "application/json", strings.NewReader(`{"language":"python","cwd":"/tmp"}`))
+	resp, err = http.Post(hs.URL+"/contexts", "application/json", strings.NewReader(`{"language":"python","cwd":"/tmp"}`))
 	if err != nil {
 		t.Fatal(err)
 	}

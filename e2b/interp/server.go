@@ -5,8 +5,9 @@
 // the port proxy like envd, on top of the sandbox's persistent
 // interpreters (run_code): one per context, kept across a pause.
 //
-// Output is sent when the snippet ends (stdout, stderr, rich results,
-// error), not streamed as it comes; keep-alive lines go out meanwhile.
+// What a python snippet prints is streamed as it runs (the engine's
+// CodeOutput, polled); rich results, the error and a bash snippet's output
+// come when it ends; keep-alive lines go out meanwhile.
 package interp
 
 import (
@@ -247,6 +248,21 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, sb *torpor.Sandb
 	}()
 	tick := time.NewTicker(s.keepAlive)
 	defer tick.Stop()
+	// What the snippet prints is streamed as it comes, where the runtime
+	// can tell (a python context): polled, and sent as stdout and stderr
+	// lines; the final answer then brings only the rest.
+	live, canStream := s.eng.(codeOutputs)
+	var poll <-chan time.Time
+	if canStream {
+		t := time.NewTicker(outputPoll)
+		defer t.Stop()
+		poll = t.C
+	}
+	key := req.Context
+	if key == "" {
+		key = req.Language
+	}
+	var sentOut, sentErr strings.Builder
 	committed := false
 	flush := func() {
 		if fl, ok := w.(http.Flusher); ok {
@@ -274,6 +290,8 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, sb *torpor.Sandb
 				s.log.Info("e2b interp: execution failed", "sandbox", sb.ID, "err", o.err)
 				_ = enc.Encode(errorLine{Type: "error", Name: "ExecutionError", Value: publicMessage(o.err)})
 			} else {
+				o.res.Stdout = unsent(o.res.Stdout, sentOut.String())
+				o.res.Stderr = unsent(o.res.Stderr, sentErr.String())
 				for _, line := range lines(o.res, time.Now()) {
 					_ = enc.Encode(line)
 				}
@@ -281,6 +299,24 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, sb *torpor.Sandb
 			_ = enc.Encode(map[string]string{"type": "end_of_execution"})
 			flush()
 			return
+		case <-poll:
+			got, err := live.CodeOutput(r.Context(), sb.Tenant, sb.ID, key, int64(sentOut.Len()), int64(sentErr.Len()))
+			if err != nil || (got.Stdout == "" && got.Stderr == "") {
+				continue
+			}
+			commit()
+			ts := time.Now().UTC().Format(time.RFC3339Nano)
+			enc := json.NewEncoder(w)
+			enc.SetEscapeHTML(false)
+			if got.Stdout != "" {
+				sentOut.WriteString(got.Stdout)
+				_ = enc.Encode(map[string]string{"type": "stdout", "text": got.Stdout, "timestamp": ts})
+			}
+			if got.Stderr != "" {
+				sentErr.WriteString(got.Stderr)
+				_ = enc.Encode(map[string]string{"type": "stderr", "text": got.Stderr, "timestamp": ts})
+			}
+			flush()
 		case <-tick.C:
 			commit()
 			if _, err := io.WriteString(w, `{"type":"keepalive"}`+"\n"); err != nil {
@@ -292,6 +328,27 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, sb *torpor.Sandb
 			return
 		}
 	}
+}
+
+// outputPoll is how often a running snippet's output is looked for.
+const outputPoll = 100 * time.Millisecond
+
+// codeOutputs is the engine's reading of a running snippet's output
+// (lifecycle.Engine has it).
+type codeOutputs interface {
+	CodeOutput(ctx context.Context, tenant, id, contextID string, stdoutOffset, stderrOffset int64) (torpor.CodeOutput, error)
+}
+
+// unsent is what of a snippet's whole output was not streamed yet: all of
+// it when what was sent is not its beginning (it was cut short).
+func unsent(all, sent string) string {
+	if rest, ok := strings.CutPrefix(all, sent); ok {
+		return rest
+	}
+	if sent != "" {
+		return ""
+	}
+	return all
 }
 
 type errorLine struct {

@@ -22,6 +22,15 @@ test('runCode: results, output, errors, state kept across a pause', T, async () 
   assert.deepEqual(exec.logs.stderr, ['to err\n'])
   assert.deepEqual(out, ['to err\n'])
 
+  // Output streams while the cell runs.
+  const seen = []
+  const t0 = Date.now()
+  exec = await sbx.runCode('import time\nprint("early")\ntime.sleep(2)\nprint("late")', { onStdout: (m) => seen.push([m.line, Date.now() - t0]) })
+  const took = Date.now() - t0
+  assert.deepEqual(exec.logs.stdout.join(''), 'early\nlate\n')
+  assert.equal(seen.map(([l]) => l).join(''), 'early\nlate\n')
+  assert.ok(took - seen[0][1] > 1000, `the first line came ${seen[0][1]} ms in, the cell took ${took} ms`)
+
   exec = await sbx.runCode('1/0')
   assert.equal(exec.error.name, 'ZeroDivisionError')
   assert.match(exec.error.traceback, /ZeroDivisionError/)
