@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/torpor-dev/torpor"
+	"github.com/torpor-dev/torpor/api/wire"
 	"github.com/torpor-dev/torpor/lifecycle"
 )
 
@@ -510,24 +511,12 @@ func (s *Server) dropContext(w http.ResponseWriter, r *http.Request, restart boo
 	writeJSON(w, http.StatusOK, nil)
 }
 
-// statuses maps torpor's error kinds to the statuses answered here.
-var statuses = map[torpor.ErrorCode]int{
-	torpor.EInvalid:         http.StatusBadRequest,
-	torpor.EUnauthenticated: http.StatusUnauthorized,
-	torpor.EForbidden:       http.StatusForbidden,
-	torpor.ENotFound:        http.StatusNotFound,
-	torpor.EConflict:        http.StatusConflict,
-	torpor.EGone:            http.StatusGone,
-	torpor.EUnavailable:     http.StatusServiceUnavailable,
-}
-
 // fail answers err in E2B's server's way: plain text; an unknown context
 // is its "Context ID not found".
 func (s *Server) fail(w http.ResponseWriter, err error, contextID string) {
 	code := torpor.ErrorCodeOf(err)
-	status, ok := statuses[code]
-	if !ok {
-		status = http.StatusInternalServerError
+	status := wire.Status(code) // torpor's one table
+	if status == http.StatusInternalServerError {
 		s.log.Error("e2b interp: request failed", "err", err)
 	}
 	var te *torpor.Error
