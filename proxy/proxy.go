@@ -10,6 +10,7 @@ package proxy
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/subtle"
 	"errors"
 	"fmt"
@@ -342,6 +343,11 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) error {
 func (p *Proxy) reach(ctx context.Context, t target, token string, connect bool) (*torpor.Sandbox, error) {
 	for {
 		sb, gen, err := p.lookup(ctx, t.id)
+		if torpor.IsCode(err, torpor.ENotFound) {
+			// An unknown id answers as a private port of a sandbox that
+			// exists does, so that no one can probe ids without a token.
+			return nil, authorize(unknownSandbox(t.id), t.port, token, connect)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -409,6 +415,13 @@ func tokenOf(r *http.Request, connect bool) string {
 		token = r.URL.Query().Get(QueryToken)
 	}
 	return token
+}
+
+// unknownSandbox stands for an id that names no sandbox when a request
+// for it is refused: no port is public and its token is one nobody
+// holds, so the refusal is the one a sandbox that exists would give.
+func unknownSandbox(id string) *torpor.Sandbox {
+	return &torpor.Sandbox{ID: id, TrafficToken: rand.Text()}
 }
 
 // authorize checks that token opens the sandbox's port (any does a public

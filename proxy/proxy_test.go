@@ -254,7 +254,10 @@ func TestRoutingAndAccess(t *testing.T) {
 		{"routing by headers", "anything", "/h", map[string]string{proxy.HeaderSandboxID: sb.ID, proxy.HeaderSandboxPort: "8080", proxy.HeaderToken: sb.TrafficToken}, 200, "/h"},
 		{"no token", host, "/", nil, 401, "private"},
 		{"wrong token", host, "/", map[string]string{proxy.HeaderToken: "tt_nope"}, 403, "wrong traffic token"},
-		{"unknown sandbox", "8080-nosuchsandbox.sb.test", "/", nil, 404, "not_found"},
+		// An unknown id answers as a private port does, token or not, so
+		// that ids cannot be probed.
+		{"unknown sandbox, no token", "8080-nosuchsandbox.sb.test", "/", nil, 401, "private"},
+		{"unknown sandbox, a token", "8080-nosuchsandbox.sb.test", "/", map[string]string{proxy.HeaderToken: sb.TrafficToken}, 403, "wrong traffic token"},
 		{"bad host", "example.com", "/", nil, 400, "port"},
 		{"bad port header", "x", "/", map[string]string{proxy.HeaderSandboxID: sb.ID, proxy.HeaderSandboxPort: "0"}, 400, "port"},
 		{"nothing listens", "9999-" + sb.ID + ".sb.test", "/", map[string]string{proxy.HeaderToken: sb.TrafficToken}, 503, "did not answer"},

@@ -33,8 +33,15 @@ type Service interface {
 // there or not running, which they take as "not running any more".
 func (p *Proxy) serveService(w http.ResponseWriter, r *http.Request, t target, svc Service) error {
 	sb, _, err := p.lookup(r.Context(), t.id)
-	if err == nil {
+	switch {
+	case err == nil:
 		err = svc.Authorize(r, sb)
+	case torpor.IsCode(err, torpor.ENotFound):
+		// As in reach: an unknown id is refused as a sandbox that
+		// exists refuses a request without its token.
+		if aerr := svc.Authorize(r, unknownSandbox(t.id)); aerr != nil {
+			err = aerr
+		}
 	}
 	if err == nil && sb.State != torpor.StateRunning {
 		if sb.State == torpor.StateTerminated || sb.State == torpor.StateTerminating {

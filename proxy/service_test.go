@@ -60,7 +60,10 @@ func TestServicePorts(t *testing.T) {
 		{"host name", "49983-" + sb.ID + ".sb.test", map[string]string{"X-Access-Token": sb.TrafficToken}, 200, "service " + sb.ID},
 		{"no token", "x", e2b(sb.ID, ""), 401, `"code":401`},
 		{"another sandbox's token", "x", e2b(sb.ID, asleep.TrafficToken), 403, `"code":403`},
-		{"unknown sandbox", "x", e2b("nosuchsandbox", "t"), 502, `"code":502`},
+		// An unknown id is refused as a sandbox that exists refuses a
+		// request without its token, so that ids cannot be probed.
+		{"unknown sandbox, a token", "x", e2b("nosuchsandbox", "t"), 403, `"code":403`},
+		{"unknown sandbox, no token", "x", e2b("nosuchsandbox", ""), 401, `"code":401`},
 		{"terminated", "x", e2b(gone.ID, gone.TrafficToken), 502, "not running"},
 		{"paused without auto_resume", "x", e2b(asleep.ID, asleep.TrafficToken), 502, "not running"},
 	}
