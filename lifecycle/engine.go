@@ -79,8 +79,9 @@ type Engine struct {
 	maxPaused time.Duration
 	defPolicy torpor.LifecyclePolicy
 
-	busyMu sync.Mutex
-	busy   map[string]int
+	// act is the sandboxes' activity the store does not hold yet, which
+	// the idle sweep consults before it acts.
+	act *activity
 
 	// procs remembers the background processes started in each sandbox
 	// (by sandbox id, then process id), with the boot they belong to.
@@ -90,18 +91,9 @@ type Engine struct {
 	evMu sync.Mutex
 	evCh chan struct{}
 
-	trafficMu sync.Mutex
-	traffic   map[string]time.Time
-	// inflight counts proxied requests under way, by sandbox.
-	inflight map[string]int
-
 	obs      Observer
 	statesMu sync.Mutex
 	states   map[string]torpor.State
-
-	cpuActivity float64
-	cpuMu       sync.Mutex
-	cpuSamples  map[string]cpuSample
 
 	gpu         GPULeases
 	gpuAttacher GPUAttacher
@@ -134,15 +126,11 @@ func New(cfg Config) (*Engine, error) {
 		ledger:    newLedger(cfg.Capacity),
 		maxPaused: cfg.MaxPaused,
 		defPolicy: cfg.DefaultPolicy,
-		busy:      map[string]int{},
+		act:       newActivity(cfg.CPUActivity),
 
 		evCh:        make(chan struct{}),
 		obs:         cfg.Observer,
-		traffic:     map[string]time.Time{},
-		inflight:    map[string]int{},
 		states:      map[string]torpor.State{},
-		cpuActivity: cfg.CPUActivity,
-		cpuSamples:  map[string]cpuSample{},
 		pricing:     cfg.Pricing,
 		gpu:         cfg.GPU,
 		gpuAttacher: cfg.GPUAttach,

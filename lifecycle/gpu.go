@@ -220,7 +220,7 @@ func (e *Engine) PauseForGPUSweep(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	if e.isBusy(id) {
+	if e.act.busy(id) {
 		return torpor.Errorf(torpor.EConflict, "sandbox %s is busy", id)
 	}
 	return e.pause(ctx, sb, torpor.PauseFreeze, CauseIdle)

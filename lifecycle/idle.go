@@ -60,7 +60,7 @@ func (e *Engine) sweep(ctx context.Context, id string) {
 // never waits for activity.
 func (e *Engine) deferIdle(ctx context.Context, sb *torpor.Sandbox, now time.Time) bool {
 	id := sb.ID
-	if t, ok := e.pendingTraffic(id); ok && sb.State == torpor.StateRunning && t.After(sb.LastActivityAt) {
+	if t, ok := e.act.pendingTraffic(id); ok && sb.State == torpor.StateRunning && t.After(sb.LastActivityAt) {
 		// Proxied traffic not yet flushed: it is activity.
 		sb.LastActivityAt = t
 		if err := e.save(ctx, sb); err != nil {
@@ -68,13 +68,13 @@ func (e *Engine) deferIdle(ctx context.Context, sb *torpor.Sandbox, now time.Tim
 		}
 		return true
 	}
-	if sb.State == torpor.StateRunning && (e.isBusy(id) || e.requestsUnderWay(id)) {
+	if sb.State == torpor.StateRunning && (e.act.busy(id) || e.act.requestsUnderWay(id)) {
 		// An operation, or a proxied request waiting for its answer, is
 		// in flight: it is activity. Look again later.
 		e.sched.set(id, now.Add(sb.Policy().IdleAfter))
 		return true
 	}
-	if sb.State == torpor.StateRunning && e.cpuActivity > 0 {
+	if sb.State == torpor.StateRunning && e.act.watchesCPU() {
 		if busy, recheck := e.busyComputing(ctx, sb, now); busy {
 			sb.LastActivityAt = now
 			if err := e.save(ctx, sb, e.event(sb, "sandbox.activity", "source", "cpu")); err != nil {
@@ -89,19 +89,9 @@ func (e *Engine) deferIdle(ctx context.Context, sb *torpor.Sandbox, now time.Tim
 	return false
 }
 
-// cpuSample is a sandbox's CPU use at a moment.
-type cpuSample struct {
-	used time.Duration
-	at   time.Time
-}
-
-// cpuWindow is the longest span a CPU sample is compared over.
-const cpuWindow = 30 * time.Second
-
-// busyComputing compares the sandbox's CPU use now with the last sample.
-// It reports busy when the average since then reaches the configured
-// share of a core. With no usable earlier sample it takes one and asks to
-// be called again after recheck.
+// busyComputing reads the sandbox's CPU use now and compares it with the
+// last sample (see activity.computing). A runtime that cannot report CPU
+// use never makes a sandbox busy.
 func (e *Engine) busyComputing(ctx context.Context, sb *torpor.Sandbox, now time.Time) (busy bool, recheck time.Duration) {
 	rt, err := e.runtime(sb.Runtime.Kind)
 	if err != nil {
@@ -115,16 +105,7 @@ func (e *Engine) busyComputing(ctx context.Context, sb *torpor.Sandbox, now time
 	if err != nil {
 		return false, 0
 	}
-	e.cpuMu.Lock()
-	prev, had := e.cpuSamples[sb.ID]
-	e.cpuSamples[sb.ID] = cpuSample{used: used, at: now}
-	e.cpuMu.Unlock()
-	window := min(sb.Policy().IdleAfter, cpuWindow)
-	span := now.Sub(prev.at)
-	if !had || span <= 0 || span > window+sweepRetry || used < prev.used {
-		return false, window
-	}
-	return float64(used-prev.used)/float64(span) >= e.cpuActivity, 0
+	return e.act.computing(sb.ID, used, now, sb.Policy().IdleAfter)
 }
 
 // sweepRetry is how long a failed idle action waits before its next try.

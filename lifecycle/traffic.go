@@ -64,7 +64,7 @@ func (e *Engine) DialSandbox(ctx context.Context, sb *torpor.Sandbox, port int) 
 // NoteTraffic records that traffic reached a sandbox now. It is cheap: the
 // activity reaches the store in the next batch (see trafficFlush), and the
 // idle engine consults the pending batch before it acts.
-func (e *Engine) NoteTraffic(id string) { e.noteTraffic(id, 0) }
+func (e *Engine) NoteTraffic(id string) { e.act.noteTraffic(id, e.now(), 0) }
 
 // RequestStarted and RequestEnded bracket a proxied request to a running
 // sandbox: traffic at both ends, and while any is under way the idle
@@ -73,39 +73,17 @@ func (e *Engine) NoteTraffic(id string) { e.noteTraffic(id, 0) }
 // sandbox running (EventsChanged); an idle pause announces its pausing
 // state and then checks for requests under way (requestsUnderWay), so
 // one of the two always sees the other.
-func (e *Engine) RequestStarted(id string) { e.noteTraffic(id, 1) }
+func (e *Engine) RequestStarted(id string) { e.act.noteTraffic(id, e.now(), 1) }
 
 // RequestEnded: see RequestStarted.
-func (e *Engine) RequestEnded(id string) { e.noteTraffic(id, -1) }
-
-func (e *Engine) noteTraffic(id string, inflight int) {
-	now := e.now()
-	e.trafficMu.Lock()
-	if now.After(e.traffic[id]) {
-		e.traffic[id] = now
-	}
-	if inflight != 0 {
-		if e.inflight[id] += inflight; e.inflight[id] <= 0 {
-			delete(e.inflight, id)
-		}
-	}
-	e.trafficMu.Unlock()
-}
-
-// requestsUnderWay tells whether proxied requests to the sandbox are under
-// way.
-func (e *Engine) requestsUnderWay(id string) bool {
-	e.trafficMu.Lock()
-	defer e.trafficMu.Unlock()
-	return e.inflight[id] > 0
-}
+func (e *Engine) RequestEnded(id string) { e.act.noteTraffic(id, e.now(), -1) }
 
 // stayForTraffic is what an idle pause or hibernation of a running
 // sandbox does once its transition is announced: when a proxied request
 // is under way it puts the sandbox back to running, as active now, and
 // says so.
 func (e *Engine) stayForTraffic(ctx context.Context, sb *torpor.Sandbox, cause string) (bool, error) {
-	if cause != CauseIdle || !e.requestsUnderWay(sb.ID) {
+	if cause != CauseIdle || !e.act.requestsUnderWay(sb.ID) {
 		return false, nil
 	}
 	sb.PauseMode = ""
@@ -113,22 +91,10 @@ func (e *Engine) stayForTraffic(ctx context.Context, sb *torpor.Sandbox, cause s
 	return true, e.setState(ctx, sb, torpor.StateRunning)
 }
 
-// pendingTraffic returns the traffic noted for id and not yet flushed.
-func (e *Engine) pendingTraffic(id string) (time.Time, bool) {
-	e.trafficMu.Lock()
-	defer e.trafficMu.Unlock()
-	t, ok := e.traffic[id]
-	return t, ok
-}
-
 // flushTraffic writes the noted traffic as activity, one write per sandbox
 // per batch.
 func (e *Engine) flushTraffic(ctx context.Context) {
-	e.trafficMu.Lock()
-	batch := e.traffic
-	e.traffic = map[string]time.Time{}
-	e.trafficMu.Unlock()
-	for id, at := range batch {
+	for id, at := range e.act.takeTraffic() {
 		e.recordActivityAt(ctx, id, at)
 	}
 }

@@ -405,9 +405,7 @@ func (e *Engine) terminate(ctx context.Context, sb *torpor.Sandbox, cause string
 		}
 	}
 	e.unwatch(sb.ID)
-	e.cpuMu.Lock()
-	delete(e.cpuSamples, sb.ID)
-	e.cpuMu.Unlock()
+	e.act.forgetCPU(sb.ID)
 	e.procMu.Lock()
 	delete(e.procs, sb.ID)
 	e.procMu.Unlock()
@@ -533,9 +531,7 @@ func (e *Engine) operate(ctx context.Context, tenant, id, what string, wakePause
 		if err := e.save(ctx, sb); err != nil {
 			return err
 		}
-		e.busyMu.Lock()
-		e.busy[id]++
-		e.busyMu.Unlock()
+		e.act.opStarted(id)
 		return nil
 	})
 }
@@ -543,11 +539,7 @@ func (e *Engine) operate(ctx context.Context, tenant, id, what string, wakePause
 // done ends an operation begun with operate at started and records the
 // activity.
 func (e *Engine) done(tenant, id string, started time.Time) {
-	e.busyMu.Lock()
-	if e.busy[id]--; e.busy[id] <= 0 {
-		delete(e.busy, id)
-	}
-	e.busyMu.Unlock()
+	e.act.opEnded(id)
 	if e.now().Sub(started) < activityResolution {
 		return
 	}
@@ -558,12 +550,6 @@ func (e *Engine) done(tenant, id string, started time.Time) {
 		sb.LastActivityAt = e.now()
 		return e.save(e.bg, sb)
 	})
-}
-
-func (e *Engine) isBusy(id string) bool {
-	e.busyMu.Lock()
-	defer e.busyMu.Unlock()
-	return e.busy[id] > 0
 }
 
 // wake makes sure sb is running for an operation, resuming it when it is
