@@ -102,7 +102,7 @@ func Run(ctx context.Context, cfg Config, opt Options) error {
 	if vrt := newVMRuntime(ctx, cfg, sandboxNet, resolvConf, log); vrt != nil {
 		runtimes = append(runtimes, vrt)
 	}
-	gpuLeases, gpuAttach, bindGPU, err := newGPU(cfg, st, opt.Getenv, log)
+	gpuLeases, gpuAttach, err := newGPU(cfg, st, opt.Getenv, log)
 	if err != nil {
 		return err
 	}
@@ -131,7 +131,6 @@ func Run(ctx context.Context, cfg Config, opt Options) error {
 	}
 	defer eng.Close()
 	engRef = eng
-	bindGPU(eng)
 
 	hooks := webhook.New(webhook.Config{Store: st, Changed: eng.EventsChanged, Logger: log})
 	srv := api.New(api.Config{Engine: eng, Auth: st, Templates: st, TemplateManager: tmpls, Logger: log, MaxUploadBytes: cfg.MaxUploadMiB << 20, Webhooks: st,

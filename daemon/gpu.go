@@ -16,29 +16,22 @@ import (
 const simWorkerBaseMiB = 300
 
 // newGPU returns the node's GPU lease manager and how a booted GPU
-// sandbox's lease is placed, or nils when the node has no GPU host. bind
-// gives the manager the engine, which is made after it.
-func newGPU(cfg Config, st *sqlite.Store, getenv func(string) string, log *slog.Logger) (lifecycle.GPULeases, lifecycle.GPUAttacher, func(*lifecycle.Engine), error) {
+// sandbox's lease is placed, or nils when the node has no GPU host. The
+// engine that is given the manager attaches itself to it (gpu.Sink).
+func newGPU(cfg Config, st *sqlite.Store, getenv func(string) string, log *slog.Logger) (lifecycle.GPULeases, lifecycle.GPUAttacher, error) {
 	if !cfg.GPUSim {
-		return nil, nil, func(*lifecycle.Engine) {}, nil
+		return nil, nil, nil
 	}
 	gcfg, err := gpu.ConfigFromEnv(getenv)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	host := sim.New(sim.Options{HardCap: cfg.GPUSimHardCap})
-	var eng *lifecycle.Engine
 	mgr, err := gpu.NewManager(gpu.Options{
 		Host: host, Worker: host, Clock: torpor.SystemClock{}, Config: gcfg, Store: st, Flagger: st, Log: log,
-		Pause: func(ctx context.Context, id string) error { return eng.PauseForGPUSweep(ctx, id) },
-		OnEvent: func(ev gpu.Event) {
-			if eng != nil {
-				eng.OnGPUEvent(ev)
-			}
-		},
 	})
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	log.Info("GPU host: simulated", "hard_cap", cfg.GPUSimHardCap, "idle_autopause", gcfg.IdleAutoPause,
 		"resume_grace", gcfg.ResumeGrace)
@@ -46,5 +39,5 @@ func newGPU(cfg Config, st *sqlite.Store, getenv func(string) string, log *slog.
 		group := "sandbox:" + sb.ID
 		return group, host.StartWorker(group, 0, simWorkerBaseMiB), []int{0}, nil
 	}
-	return mgr, attach, func(e *lifecycle.Engine) { eng = e }, nil
+	return mgr, attach, nil
 }

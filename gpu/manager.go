@@ -56,6 +56,23 @@ type Event struct {
 	At      time.Time
 }
 
+// Sink is what the manager reports to: its idle sweep pauses leases
+// through it, and it is told what the manager did on its own. The
+// lifecycle engine is a node's sink: it pauses a lease's whole sandbox,
+// not the lease alone, and fails the sandbox of a lease that died. It is
+// given the manager and attaches itself (Attach): the dependency runs one
+// way, from the engine to the manager, and the daemon wires neither to
+// the other.
+type Sink interface {
+	// PauseIdle pauses lease id for the idle sweep through the path of a
+	// manual pause, which ends in Manager.Pause with the context it was
+	// given (the sweep's, marked by WithAutoPause).
+	PauseIdle(ctx context.Context, id string) error
+	// LeaseEvent is told what the manager did on its own. It is called on
+	// the manager's own paths (Tick, Resume, Adopt) and must not block.
+	LeaseEvent(Event)
+}
+
 // Options are what NewManager needs. Host and Clock are required.
 type Options struct {
 	Host  Host
@@ -67,9 +84,9 @@ type Options struct {
 	// Store persists records and rows; nil keeps nothing.
 	Store   Store
 	Flagger Flagger
-	// Pause is what the idle sweep calls to pause a lease: the POST
-	// /pause path of the daemon, which ends in Manager.Pause with the
-	// context it was given. Nil: Manager.Pause.
+	// Pause is what the idle sweep calls to pause a lease (see
+	// Sink.PauseIdle); nil: Manager.Pause. OnEvent is told the events;
+	// nil: no one. A sink made after the manager replaces both (Attach).
 	Pause   func(ctx context.Context, id string) error
 	OnEvent func(Event)
 	Log     *slog.Logger
@@ -83,13 +100,13 @@ type Manager struct {
 	cfg     Config
 	store   Store
 	flagger Flagger
-	pauseFn func(ctx context.Context, id string) error
-	onEvent func(Event)
 	log     *slog.Logger
 
-	mu     sync.Mutex
-	leases map[string]*lease
-	blind  bool
+	mu      sync.Mutex
+	leases  map[string]*lease
+	blind   bool
+	pauseFn func(ctx context.Context, id string) error // under mu: see Attach
+	onEvent func(Event)
 }
 
 // NewManager returns a manager with no leases.
@@ -119,6 +136,15 @@ func NewManager(o Options) (*Manager, error) {
 		}
 	}
 	return m, nil
+}
+
+// Attach makes s the manager's sink, in place of Options.Pause and
+// Options.OnEvent. Call it before the manager is used: events before it
+// go to OnEvent.
+func (m *Manager) Attach(s Sink) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.pauseFn, m.onEvent = s.PauseIdle, s.LeaseEvent
 }
 
 type noWorker struct{}
@@ -423,9 +449,13 @@ func (m *Manager) rollBack(ctx context.Context, l *lease) error {
 	return nil
 }
 
+// event tells the sink e. It is called without m.mu held.
 func (m *Manager) event(e Event) {
-	if m.onEvent != nil {
-		m.onEvent(e)
+	m.mu.Lock()
+	onEvent := m.onEvent
+	m.mu.Unlock()
+	if onEvent != nil {
+		onEvent(e)
 	}
 }
 

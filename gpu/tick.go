@@ -188,10 +188,11 @@ func (m *Manager) SweepIdle(ctx context.Context) (paused []string, refused map[s
 			ids = append(ids, id)
 		}
 	}
+	pause := m.pauseFn
 	m.mu.Unlock()
 	sort.Strings(ids)
 	for _, id := range ids {
-		if err := m.pauseFn(WithAutoPause(ctx), id); err != nil {
+		if err := pause(WithAutoPause(ctx), id); err != nil {
 			if refused == nil {
 				refused = map[string]error{}
 			}

@@ -181,6 +181,9 @@ func New(cfg Config) (*Engine, error) {
 	}
 	e.bg, e.stopBG = context.WithCancel(context.Background())
 	e.sched = newScheduler(e.clock, e.sweep)
+	if e.gpu != nil {
+		e.gpu.Attach(gpuSink{e})
+	}
 	return e, nil
 }
 

@@ -11,8 +11,10 @@ import (
 
 // GPULeases is what the engine asks of a node's GPU lease manager
 // (gpu.Manager): a GPU sandbox holds one lease, under its own id, from
-// each boot to the end of that boot.
+// each boot to the end of that boot. The engine attaches itself as the
+// manager's sink when it is given the manager (see gpuSink).
 type GPULeases interface {
+	Attach(s gpu.Sink)
 	Create(ctx context.Context, spec gpu.Spec) (gpu.Status, error)
 	Pause(ctx context.Context, id string) (gpu.Status, error)
 	Resume(ctx context.Context, id string) (gpu.Status, error)
@@ -174,9 +176,20 @@ func (e *Engine) gpuAdopt(ctx context.Context) error {
 	return nil
 }
 
-// OnGPUEvent acts on what the lease manager did on its own: a lease that
+// gpuSink is the engine as its lease manager's sink: the manager's idle
+// sweep pauses through it and its events reach the engine, while the
+// engine alone knows the manager.
+type gpuSink struct{ e *Engine }
+
+func (s gpuSink) PauseIdle(ctx context.Context, id string) error {
+	return s.e.pauseForGPUSweep(ctx, id)
+}
+
+func (s gpuSink) LeaseEvent(ev gpu.Event) { s.e.onGPUEvent(ev) }
+
+// onGPUEvent acts on what the lease manager did on its own: a lease that
 // died (watchdog kill, worker gone, restored dead) fails its sandbox.
-func (e *Engine) OnGPUEvent(ev gpu.Event) {
+func (e *Engine) onGPUEvent(ev gpu.Event) {
 	switch ev.Kind {
 	case gpu.EventDead, gpu.EventWatchdogKill:
 	case gpu.EventWatchdogBlind:
@@ -211,9 +224,9 @@ func (e *Engine) OnGPUEvent(ev gpu.Event) {
 	}()
 }
 
-// PauseForGPUSweep is the lease manager's idle sweep's way to pause a
+// pauseForGPUSweep is the lease manager's idle sweep's way to pause a
 // sandbox: the same path as POST /pause, with the sweep's context.
-func (e *Engine) PauseForGPUSweep(ctx context.Context, id string) error {
+func (e *Engine) pauseForGPUSweep(ctx context.Context, id string) error {
 	unlock := e.locks.Lock(id)
 	defer unlock()
 	sb, err := e.store.GetSandbox(ctx, id)

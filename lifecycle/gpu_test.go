@@ -21,13 +21,10 @@ type gpuEnv struct {
 
 func newGPUEnv(t *testing.T, hardCap bool) *gpuEnv {
 	g := &gpuEnv{host: sim.New(sim.Options{HardCap: hardCap})}
-	var eng **lifecycle.Engine
 	g.env = newEnv(t, func(c *lifecycle.Config) {
 		cfg := gpu.DefaultConfig()
 		mgr, err := gpu.NewManager(gpu.Options{Host: g.host, Worker: g.host, Clock: c.Clock, Config: cfg, Store: c.Store.(gpu.Store),
-			Flagger: c.Store.(gpu.Flagger),
-			Pause:   func(ctx context.Context, id string) error { return (*eng).PauseForGPUSweep(ctx, id) },
-			OnEvent: func(ev gpu.Event) { (*eng).OnGPUEvent(ev) }})
+			Flagger: c.Store.(gpu.Flagger)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -38,7 +35,6 @@ func newGPUEnv(t *testing.T, hardCap bool) *gpuEnv {
 			return group, g.host.StartWorker(group, 0, 300), []int{0}, nil
 		}
 	})
-	eng = &g.env.eng
 	return g
 }
 
