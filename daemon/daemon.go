@@ -106,9 +106,9 @@ func Run(ctx context.Context, cfg Config, opt Options) error {
 	if err != nil {
 		return err
 	}
-	// The gauges read the engine, which does not exist yet: bind late.
-	var engRef *lifecycle.Engine
-	mets := metrics.New(lateSource{&engRef})
+	// The engine reports to the metrics (its Observer), whose gauges then
+	// read the engine.
+	mets := metrics.New()
 	eng, err := lifecycle.New(lifecycle.Config{
 		Observer:       mets,
 		Store:          st,
@@ -130,13 +130,13 @@ func Run(ctx context.Context, cfg Config, opt Options) error {
 		return err
 	}
 	defer eng.Close()
-	engRef = eng
+	mets.AddSource(eng)
 
-	hooks := webhook.New(webhook.Config{Store: st, Changed: eng.EventsChanged, Logger: log})
+	deliveries := webhook.New(webhook.Config{Store: st, Changed: eng.EventsChanged, Logger: log})
 	srv := api.New(api.Config{Engine: eng, Auth: st, Templates: st, TemplateManager: tmpls, Logger: log, MaxUploadBytes: cfg.MaxUploadMiB << 20, Webhooks: st,
 		Metrics: mets.Handler(), Requests: mets,
 		WebhooksChanged: func() {
-			if err := hooks.Refresh(ctx); err != nil {
+			if err := deliveries.Refresh(ctx); err != nil {
 				log.Error("refreshing webhooks", "err", err)
 			}
 		}})
@@ -191,11 +191,11 @@ func Run(ctx context.Context, cfg Config, opt Options) error {
 		_ = hs.Close()
 		return err
 	}
-	if err := hooks.Run(ctx); err != nil {
+	if err := deliveries.Run(ctx); err != nil {
 		_ = hs.Close()
 		return err
 	}
-	defer hooks.Wait()
+	defer deliveries.Wait()
 	srv.SetReady()
 	log.Info("ready")
 
@@ -278,23 +278,6 @@ func (c Config) limits() torpor.Limits {
 		Default: torpor.Resources{VCPUs: c.DefaultVCPUs, MemoryMiB: c.DefaultMemoryMiB, Pids: c.DefaultPids, DiskMiB: c.DefaultDiskMiB},
 		Max:     torpor.Resources{VCPUs: c.MaxVCPUs, MemoryMiB: c.MaxMemoryMiB, Pids: c.MaxPids, DiskMiB: c.MaxDiskMiB},
 	}
-}
-
-// lateSource reads the engine once it exists (metrics are made before it).
-type lateSource struct{ eng **lifecycle.Engine }
-
-func (l lateSource) StateCounts() map[torpor.State]int {
-	if *l.eng == nil {
-		return nil
-	}
-	return (*l.eng).StateCounts()
-}
-
-func (l lateSource) CapacityUsed() (float64, float64, lifecycle.Capacity) {
-	if *l.eng == nil {
-		return 0, 0, lifecycle.Capacity{}
-	}
-	return (*l.eng).CapacityUsed()
 }
 
 // vcpuOvercommit is how many sandbox vCPUs one core lends by default:

@@ -33,14 +33,14 @@ type Metrics struct {
 	reqLatency  *prometheus.HistogramVec
 }
 
-// Source is what the gauges read on each scrape.
+// Source is what the gauges read on each scrape (the engine).
 type Source interface {
 	StateCounts() map[torpor.State]int
 	CapacityUsed() (vcpus, memoryMiB float64, capacity lifecycle.Capacity)
 }
 
-// New registers every collector; the gauges read src when scraped.
-func New(src Source) *Metrics {
+// New registers every collector but the gauges of a Source (AddSource).
+func New() *Metrics {
 	m := &Metrics{reg: prometheus.NewRegistry()}
 	m.transitions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "torpor_transitions_total", Help: "Completed transitions by kind (create, pause, resume, hibernate, start, restart, terminate, fail, auto_resume_wait) and cause.",
@@ -82,10 +82,16 @@ func New(src Source) *Metrics {
 		Buckets: prometheus.DefBuckets,
 	}, []string{"route"})
 	m.reg.MustRegister(m.transitions, m.latency, m.hooks, m.sweepLag, m.storeWrite, m.usageRows, m.proxyReqs, m.proxyWakes, m.proxyWake, m.requests, m.reqLatency,
-		newSandboxCollector(src),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
+
+// AddSource registers the gauges that read src on each scrape: sandboxes
+// by state and what they hold of the node. The source is the engine, which
+// is made after the metrics because it reports to them as its Observer;
+// call AddSource once it exists, before the metrics are served. A second
+// source panics (its gauges would collide).
+func (m *Metrics) AddSource(src Source) { m.reg.MustRegister(newSandboxCollector(src)) }
 
 // Handler serves the metrics.
 func (m *Metrics) Handler() http.Handler {

@@ -35,15 +35,14 @@ func TestFiguresMoveWithSandboxes(t *testing.T) {
 	secret, k := torpor.NewAPIKey("default", true, now)
 	st.CreateAPIKey(ctx, k)
 
-	var engRef *lifecycle.Engine
-	m := metrics.New(source{&engRef})
+	m := metrics.New()
 	eng, err := lifecycle.New(lifecycle.Config{Store: st, Runtimes: []torpor.Runtime{fake.New(fake.NewHost())}, Observer: m,
 		Capacity: lifecycle.Capacity{VCPUs: 8, MemoryMiB: 4096}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer eng.Close()
-	engRef = eng
+	m.AddSource(eng)
 	if err := eng.Recover(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -113,11 +112,4 @@ func TestFiguresMoveWithSandboxes(t *testing.T) {
 	if got := value(scrape(), `torpor_sandboxes{state="paused"}`); got != 0 {
 		t.Errorf("after delete: paused = %v", got)
 	}
-}
-
-type source struct{ eng **lifecycle.Engine }
-
-func (s source) StateCounts() map[torpor.State]int { return (*s.eng).StateCounts() }
-func (s source) CapacityUsed() (float64, float64, lifecycle.Capacity) {
-	return (*s.eng).CapacityUsed()
 }
