@@ -5,23 +5,6 @@ import (
 	"time"
 )
 
-// Phase is where a lease is.
-type Phase string
-
-const (
-	// PhaseResident: the lease holds its seat and its VRAM is on the
-	// card, running or frozen (Frozen says which).
-	PhaseResident Phase = "resident"
-	// PhaseSuspended: the worker's GPU state is spilled to host memory,
-	// the seat is free and the lease's processes are frozen.
-	PhaseSuspended Phase = "suspended"
-	// PhaseDead: the lease's processes are gone (watchdog kill, worker
-	// exit, a restart that found it dead); nothing accrues.
-	PhaseDead Phase = "dead"
-	// PhaseDestroyed: deleted.
-	PhaseDestroyed Phase = "destroyed"
-)
-
 // Why a resident lease is frozen on the freeze-only path of a hard-cap
 // host (Status.FreezeReason).
 const (
@@ -72,28 +55,6 @@ type Status struct {
 	LastActivityAt   time.Time  `json:"last_activity_at"`
 	ResumeGraceUntil *time.Time `json:"resume_grace_until,omitempty"`
 	Meters           Meters     `json:"meters"`
-}
-
-// Record is what the daemon persists of a lease so that a restart
-// re-seeds it (Manager.Adopt). Meters are settled up to Seg.Start: the
-// rows for every earlier second are saved with the record.
-type Record struct {
-	Spec         Spec      `json:"spec"`
-	Phase        Phase     `json:"phase"`
-	Frozen       bool      `json:"frozen,omitempty"`
-	FreezeOnly   bool      `json:"freeze_only,omitempty"`
-	FreezeReason string    `json:"freeze_reason,omitempty"`
-	Op           string    `json:"op,omitempty"`
-	CapMiB       *int64    `json:"cap_mib,omitempty"`
-	ResumedAt    time.Time `json:"resumed_at,omitzero"`
-	LastActivity time.Time `json:"last_activity"`
-	// LastSeen is the lease's last sign of life: when its worker was last
-	// seen alive.
-	LastSeen     time.Time `json:"last_seen"`
-	DeadReason   string    `json:"dead_reason,omitempty"`
-	ReserveError string    `json:"reserve_error,omitempty"`
-	Meters       Meters    `json:"meters"`
-	Seg          Segment   `json:"segment"`
 }
 
 type claim struct {
@@ -148,7 +109,7 @@ func (l *lease) switchSeg(now time.Time, kind segKind, freezeOnly bool) {
 
 // closeSeg settles the open interval at end: into the meters, and a row.
 func (l *lease) closeSeg(end time.Time) {
-	if r, ok := l.meters.add(l.seg, end, l.spec); ok {
+	if r, ok := accrue(&l.meters, l.seg, end, l.spec); ok {
 		l.pending = append(l.pending, r)
 	}
 	l.seg = Segment{Kind: segNone, Start: end}
@@ -177,7 +138,7 @@ func (l *lease) release(c *claim) {
 
 func (l *lease) status(now time.Time, grace time.Duration) Status {
 	m := l.meters
-	m.add(l.seg, now, l.spec)
+	accrue(&m, l.seg, now, l.spec)
 	m.SuspendMode = l.spec.Accel.SuspendMode
 	m.IdleTimeoutS = l.spec.Accel.IdleTimeoutS
 	s := Status{

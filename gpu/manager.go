@@ -12,31 +12,6 @@ import (
 	"github.com/torpor-dev/torpor"
 )
 
-// Store persists a lease's record together with its new usage rows, in
-// one write, so that a billed second is never in memory only.
-type Store interface {
-	SaveLease(ctx context.Context, rec Record, rows []UsageRow) error
-}
-
-// Flagger flags an API key for abuse.
-type Flagger interface {
-	FlagKey(ctx context.Context, f Flag) error
-}
-
-// Flag is one abuse flag the watchdog raises.
-type Flag struct {
-	Tenant   string    `json:"tenant"`
-	KeyID    string    `json:"key_id"`
-	LeaseID  string    `json:"lease_id"`
-	UsedMiB  int64     `json:"used_mib"`
-	LimitMiB int64     `json:"limit_mib"`
-	Reason   string    `json:"reason"`
-	At       time.Time `json:"at"`
-	// NonWorkerOnly: the lease was inside its resume grace, so only its
-	// non-worker processes were counted.
-	NonWorkerOnly bool `json:"non_worker_only,omitempty"`
-}
-
 // EventKind names something the manager did on its own.
 type EventKind string
 
@@ -177,7 +152,7 @@ func busyErr(id, verb string) error {
 // Create registers a lease whose worker is running and reserves its full
 // slice. The caller has validated the accel request (AccelRequest).
 func (m *Manager) Create(ctx context.Context, spec Spec) (Status, error) {
-	if err := spec.validate(); err != nil {
+	if err := validateSpec(spec); err != nil {
 		return Status{}, err
 	}
 	if spec.Accel.GPUs == 0 {
@@ -190,7 +165,7 @@ func (m *Manager) Create(ctx context.Context, spec Spec) (Status, error) {
 	}
 	m.mu.Unlock()
 	// A reserve without a cap: the full slice target.
-	if err := m.worker.Reserve(ctx, spec.target(), spec.Accel.VRAMMiB); err != nil {
+	if err := m.worker.Reserve(ctx, targetOf(spec), spec.Accel.VRAMMiB); err != nil {
 		return Status{}, reserveError(spec.ID, err)
 	}
 	now := m.clock.Now()
@@ -362,7 +337,7 @@ func (m *Manager) Purge(id string) error {
 // closes, so it neither accrues on the dead record nor lands later as one
 // inflated row.
 func (m *Manager) Adopt(ctx context.Context, rec Record) (Status, error) {
-	if err := rec.Spec.validate(); err != nil {
+	if err := validateSpec(rec.Spec); err != nil {
 		return Status{}, err
 	}
 	m.mu.Lock()
@@ -435,7 +410,7 @@ func (m *Manager) rollBack(ctx context.Context, l *lease) error {
 			return fmt.Errorf("gpu: adopt %s: restore: %w", spec.ID, err)
 		}
 	}
-	if err := m.worker.Reserve(ctx, spec.target(), l.target()); err != nil {
+	if err := m.worker.Reserve(ctx, targetOf(spec), l.target()); err != nil {
 		l.reserveErr = err.Error()
 	}
 	now := m.clock.Now()

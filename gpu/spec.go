@@ -7,19 +7,6 @@ import (
 	"github.com/torpor-dev/torpor"
 )
 
-// SuspendMode says what pausing a lease does.
-type SuspendMode string
-
-const (
-	// SuspendNone: pause freezes the whole lease; its VRAM stays on the
-	// card and it is billed in full.
-	SuspendNone SuspendMode = "none"
-	// SuspendTransparent: pause spills the worker's GPU state to host
-	// memory and frees the seat, or, on a hard-cap host where that is not
-	// safe, freezes the lease (freeze-only).
-	SuspendTransparent SuspendMode = "transparent"
-)
-
 // DefaultSuspendMode is the mode of a lease whose request names none.
 const DefaultSuspendMode = SuspendTransparent
 
@@ -56,14 +43,6 @@ type AccelRequest struct {
 	// IdleTimeoutS: nil (omitted or null) takes the default of 600 s; 0
 	// turns idle auto-pause off; otherwise [60, 86400].
 	IdleTimeoutS *float64 `json:"idle_timeout_s,omitempty"`
-}
-
-// Accel is a validated accel request: every field has its value.
-type Accel struct {
-	GPUs         int         `json:"gpus"`
-	VRAMMiB      int64       `json:"vram_mib"`
-	SuspendMode  SuspendMode `json:"suspend_mode"`
-	IdleTimeoutS int         `json:"idle_timeout_s"`
 }
 
 // Validate checks the request for a key of tier and fills in defaults.
@@ -117,25 +96,8 @@ func IdleTimeout(v *float64, tier Tier) (int, error) {
 	return secs, nil
 }
 
-// Spec is what the manager needs to hold a lease: who owns it, its
-// validated accel request, and where its processes are on the host.
-type Spec struct {
-	ID     string `json:"id"`
-	Tenant string `json:"tenant"`
-	// KeyID is the API key that created the lease; the watchdog flags it.
-	KeyID string `json:"key_id,omitempty"`
-	Accel Accel  `json:"accel"`
-	// Group names the lease's processes on the host (its cgroup).
-	Group string `json:"group"`
-	// WorkerPID is the host pid of the lease's worker.
-	WorkerPID int   `json:"worker_pid"`
-	Devices   []int `json:"devices,omitempty"`
-	// LimitMiB is the watchdog's limit for the lease's VRAM; 0 means the
-	// slice (Accel.VRAMMiB).
-	LimitMiB int64 `json:"limit_mib,omitempty"`
-}
-
-func (s Spec) validate() error {
+// validateSpec checks a spec before the manager holds its lease.
+func validateSpec(s Spec) error {
 	switch {
 	case s.ID == "":
 		return torpor.Invalid("id", "a lease needs an id")
@@ -155,13 +117,15 @@ func (s Spec) validate() error {
 	return nil
 }
 
-func (s Spec) limit() int64 {
+// limitOf is the watchdog's VRAM limit for the lease of s.
+func limitOf(s Spec) int64 {
 	if s.LimitMiB > 0 {
 		return s.LimitMiB
 	}
 	return s.Accel.VRAMMiB
 }
 
-func (s Spec) target() Target {
+// targetOf is where the worker of the lease of s is on the host.
+func targetOf(s Spec) Target {
 	return Target{LeaseID: s.ID, Group: s.Group, WorkerPID: s.WorkerPID, Devices: s.Devices}
 }

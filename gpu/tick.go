@@ -134,7 +134,7 @@ func (m *Manager) Watchdog(ctx context.Context) ([]string, error) {
 		if !inGrace {
 			used += workerMiB
 		}
-		limit := spec.limit()
+		limit := limitOf(spec)
 		if used <= limit {
 			continue
 		}
@@ -170,9 +170,9 @@ func (m *Manager) Watchdog(ctx context.Context) ([]string, error) {
 // SweepIdle pauses every resident, unfrozen lease with no job and no
 // transition in flight whose last activity (create, job end, resume or
 // thaw) is at least its idle timeout old, through the same pause path as
-// POST /pause (Options.Pause), so locks, freeze-only rules and billing are
-// the manual verb's. A pause refused because a job raced it is reported
-// and retried next tick. Off when Config.IdleAutoPause is false
+// POST /pause (the sink's PauseIdle), so locks, freeze-only rules and
+// billing are the manual verb's. A pause refused because a job raced it
+// is reported and retried next tick. Off when Config.IdleAutoPause is false
 // (TORPOR_GPU_IDLE_AUTOPAUSE=0) or a lease's timeout is 0.
 func (m *Manager) SweepIdle(ctx context.Context) (paused []string, refused map[string]error) {
 	if !m.cfg.IdleAutoPause {

@@ -170,7 +170,7 @@ func (m *Manager) freeze(ctx context.Context, spec Spec) error {
 // (checkpoint before freeze). Any failure puts the worker back and
 // refuses the pause.
 func (m *Manager) spill(ctx context.Context, spec Spec, target int64) (suspendOutcome, error) {
-	t := spec.target()
+	t := targetOf(spec)
 	if err := m.worker.Reserve(ctx, t, 0); err != nil {
 		m.rereserve(ctx, spec, target)
 		return suspendOutcome{}, fmt.Errorf("gpu: pause %s: release the reservation: %w", spec.ID, err)
@@ -213,7 +213,7 @@ func (m *Manager) unspill(ctx context.Context, spec Spec, target int64) (suspend
 }
 
 func (m *Manager) rereserve(ctx context.Context, spec Spec, target int64) {
-	if err := m.worker.Reserve(ctx, spec.target(), target); err != nil {
+	if err := m.worker.Reserve(ctx, targetOf(spec), target); err != nil {
 		m.log.Warn("gpu: reserve", "lease", spec.ID, "mib", target, "err", err)
 	}
 }
@@ -258,7 +258,7 @@ func (m *Manager) BeginJob(ctx context.Context, id string) (*Job, error) {
 	m.mu.Lock()
 	spec := l.spec
 	m.mu.Unlock()
-	if rerr := m.worker.Reserve(ctx, spec.target(), 0); rerr != nil {
+	if rerr := m.worker.Reserve(ctx, targetOf(spec), 0); rerr != nil {
 		m.log.Warn("gpu: release the reservation for a job", "lease", id, "err", rerr)
 	}
 	return &Job{m: m, l: l}, nil
@@ -292,7 +292,7 @@ func (m *Manager) endJob(ctx context.Context, l *lease) error {
 	spec, target := l.spec, l.target()
 	m.mu.Unlock()
 	// The top-up is part of the job, so no pause slips in between.
-	rerr := m.worker.Reserve(ctx, spec.target(), m.topUp(ctx, spec, target))
+	rerr := m.worker.Reserve(ctx, targetOf(spec), m.topUp(ctx, spec, target))
 	m.mu.Lock()
 	l.job = false
 	now := m.clock.Now()
@@ -465,7 +465,7 @@ func (m *Manager) restore(ctx context.Context, spec Spec, forJob bool) (resumeRe
 		// worker up to this target.
 		return res, nil
 	}
-	if err := m.worker.Reserve(ctx, spec.target(), target); err != nil {
+	if err := m.worker.Reserve(ctx, targetOf(spec), target); err != nil {
 		res.reserveErr = err.Error()
 		m.log.Warn("gpu: re-reserve after resume", "lease", spec.ID, "mib", target, "err", err)
 	}

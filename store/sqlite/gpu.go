@@ -6,7 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/torpor-dev/torpor/gpu"
+	"github.com/torpor-dev/torpor/gpu/gpulease"
 )
 
 // gpuSchema is migration 6: GPU lease records, their usage rows and the
@@ -46,8 +46,8 @@ CREATE INDEX key_flags_by_key ON key_flags (key_id, seq);
 `
 
 // SaveLease stores a GPU lease's record and appends its new usage rows,
-// in one transaction (gpu.Store).
-func (s *Store) SaveLease(ctx context.Context, rec gpu.Record, rows []gpu.UsageRow) error {
+// in one transaction (gpulease.Store).
+func (s *Store) SaveLease(ctx context.Context, rec gpulease.Record, rows []gpulease.UsageRow) error {
 	data, err := json.Marshal(rec)
 	if err != nil {
 		return fmt.Errorf("sqlite store: encode GPU lease %q: %w", rec.Spec.ID, err)
@@ -84,19 +84,19 @@ func (s *Store) DeleteLease(ctx context.Context, id string) error {
 }
 
 // ListLeases returns every stored lease record.
-func (s *Store) ListLeases(ctx context.Context) ([]gpu.Record, error) {
+func (s *Store) ListLeases(ctx context.Context) ([]gpulease.Record, error) {
 	rows, err := s.read.QueryContext(ctx, `SELECT record FROM gpu_leases ORDER BY id`)
 	if err != nil {
 		return nil, wrap(err, "", "list GPU leases")
 	}
 	defer rows.Close()
-	var out []gpu.Record
+	var out []gpulease.Record
 	for rows.Next() {
 		var data string
 		if err := rows.Scan(&data); err != nil {
 			return nil, wrap(err, "", "list GPU leases")
 		}
-		var rec gpu.Record
+		var rec gpulease.Record
 		if err := json.Unmarshal([]byte(data), &rec); err != nil {
 			return nil, fmt.Errorf("sqlite store: decode a GPU lease: %w", err)
 		}
@@ -109,24 +109,24 @@ func (s *Store) ListLeases(ctx context.Context) ([]gpu.Record, error) {
 }
 
 // ListGPUUsage returns a lease's usage rows, oldest first.
-func (s *Store) ListGPUUsage(ctx context.Context, leaseID string) ([]gpu.UsageRow, error) {
+func (s *Store) ListGPUUsage(ctx context.Context, leaseID string) ([]gpulease.UsageRow, error) {
 	rows, err := s.read.QueryContext(ctx, `SELECT lease_id, tenant, kind, cause, billed, start_us, end_us, seconds, gpus, slice_mib
 		FROM gpu_usage WHERE lease_id = ? ORDER BY start_us`, leaseID)
 	if err != nil {
 		return nil, wrap(err, "", "list GPU usage")
 	}
 	defer rows.Close()
-	var out []gpu.UsageRow
+	var out []gpulease.UsageRow
 	for rows.Next() {
 		var (
-			r          gpu.UsageRow
+			r          gpulease.UsageRow
 			kind       string
 			start, end int64
 		)
 		if err := rows.Scan(&r.LeaseID, &r.Tenant, &kind, &r.Cause, &r.Billed, &start, &end, &r.Seconds, &r.GPUs, &r.SliceMiB); err != nil {
 			return nil, wrap(err, "", "list GPU usage")
 		}
-		r.Kind, r.Start, r.End = gpu.RowKind(kind), fromMicros(start), fromMicros(end)
+		r.Kind, r.Start, r.End = gpulease.RowKind(kind), fromMicros(start), fromMicros(end)
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
@@ -135,8 +135,8 @@ func (s *Store) ListGPUUsage(ctx context.Context, leaseID string) ([]gpu.UsageRo
 	return out, nil
 }
 
-// FlagKey records an abuse flag on an API key (gpu.Flagger).
-func (s *Store) FlagKey(ctx context.Context, f gpu.Flag) error {
+// FlagKey records an abuse flag on an API key (gpulease.Flagger).
+func (s *Store) FlagKey(ctx context.Context, f gpulease.Flag) error {
 	data, err := json.Marshal(f)
 	if err != nil {
 		return fmt.Errorf("sqlite store: encode a key flag: %w", err)
@@ -151,19 +151,19 @@ func (s *Store) FlagKey(ctx context.Context, f gpu.Flag) error {
 }
 
 // KeyFlags returns the flags raised on a key, oldest first.
-func (s *Store) KeyFlags(ctx context.Context, keyID string) ([]gpu.Flag, error) {
+func (s *Store) KeyFlags(ctx context.Context, keyID string) ([]gpulease.Flag, error) {
 	rows, err := s.read.QueryContext(ctx, `SELECT record FROM key_flags WHERE key_id = ? ORDER BY seq`, keyID)
 	if err != nil {
 		return nil, wrap(err, "", "list key flags")
 	}
 	defer rows.Close()
-	var out []gpu.Flag
+	var out []gpulease.Flag
 	for rows.Next() {
 		var data string
 		if err := rows.Scan(&data); err != nil {
 			return nil, wrap(err, "", "list key flags")
 		}
-		var f gpu.Flag
+		var f gpulease.Flag
 		if err := json.Unmarshal([]byte(data), &f); err != nil {
 			return nil, fmt.Errorf("sqlite store: decode a key flag: %w", err)
 		}

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/torpor-dev/torpor"
-	"github.com/torpor-dev/torpor/gpu"
+	"github.com/torpor-dev/torpor/gpu/gpulease"
 	"github.com/torpor-dev/torpor/store/sqlite"
 )
 
@@ -19,18 +19,18 @@ func TestGPULeasesRowsAndFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	rec := gpu.Record{Spec: gpu.Spec{ID: "sb1", Tenant: "acme", Group: "g", WorkerPID: 7,
-		Accel: gpu.Accel{GPUs: 1, VRAMMiB: 1024, SuspendMode: gpu.SuspendNone}}, Phase: gpu.PhaseResident, LastSeen: t0}
-	row := gpu.UsageRow{LeaseID: "sb1", Tenant: "acme", Kind: gpu.RowBusy, Cause: gpu.CauseJob, Billed: true,
+	rec := gpulease.Record{Spec: gpulease.Spec{ID: "sb1", Tenant: "acme", Group: "g", WorkerPID: 7,
+		Accel: gpulease.Accel{GPUs: 1, VRAMMiB: 1024, SuspendMode: gpulease.SuspendNone}}, Phase: gpulease.PhaseResident, LastSeen: t0}
+	row := gpulease.UsageRow{LeaseID: "sb1", Tenant: "acme", Kind: gpulease.RowBusy, Cause: gpulease.CauseJob, Billed: true,
 		Start: t0, End: t0.Add(time.Minute), Seconds: 60, GPUs: 1, SliceMiB: 1024}
-	if err := s.SaveLease(t.Context(), rec, []gpu.UsageRow{row}); err != nil {
+	if err := s.SaveLease(t.Context(), rec, []gpulease.UsageRow{row}); err != nil {
 		t.Fatal(err)
 	}
-	rec.Phase = gpu.PhaseDead
-	if err := s.SaveLease(t.Context(), rec, []gpu.UsageRow{row}); !torpor.IsCode(err, torpor.EConflict) {
+	rec.Phase = gpulease.PhaseDead
+	if err := s.SaveLease(t.Context(), rec, []gpulease.UsageRow{row}); !torpor.IsCode(err, torpor.EConflict) {
 		t.Fatalf("a second row from the same start: %v", err)
 	}
-	if err := s.FlagKey(t.Context(), gpu.Flag{Tenant: "acme", KeyID: "key_1", LeaseID: "sb1", UsedMiB: 2048, LimitMiB: 1024, At: t0}); err != nil {
+	if err := s.FlagKey(t.Context(), gpulease.Flag{Tenant: "acme", KeyID: "key_1", LeaseID: "sb1", UsedMiB: 2048, LimitMiB: 1024, At: t0}); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
@@ -40,7 +40,7 @@ func TestGPULeasesRowsAndFlags(t *testing.T) {
 	}
 	defer s.Close()
 	recs, err := s.ListLeases(t.Context())
-	if err != nil || len(recs) != 1 || recs[0].Phase != gpu.PhaseResident || recs[0].Spec.WorkerPID != 7 {
+	if err != nil || len(recs) != 1 || recs[0].Phase != gpulease.PhaseResident || recs[0].Spec.WorkerPID != 7 {
 		t.Fatalf("leases after restart: %+v %v (the refused save must not have changed the record)", recs, err)
 	}
 	rows, err := s.ListGPUUsage(t.Context(), "sb1")
