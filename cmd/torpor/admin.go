@@ -7,6 +7,7 @@ import (
 
 	"github.com/torpor-dev/torpor"
 	"github.com/torpor-dev/torpor/api/wire"
+	"github.com/torpor-dev/torpor/client"
 	"github.com/torpor-dev/torpor/daemon"
 )
 
@@ -44,19 +45,13 @@ func (c *cli) keysCmd() *cobra.Command {
 		Short: "Create an API key for a tenant (and the tenant if new); prints the key once",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := c.client()
-			if err != nil {
-				return err
-			}
-			k, err := cl.CreateKey(cmd.Context(), wire.KeyRequest{Tenant: tenant, Admin: admin, Tier: tier})
-			if err != nil {
-				return err
-			}
-			if c.json {
-				return c.printJSON(k)
-			}
-			fmt.Fprintln(c.stdout, k.Key)
-			return nil
+			return c.withClient(func(cl *client.Client) error {
+				k, err := cl.CreateKey(cmd.Context(), wire.KeyRequest{Tenant: tenant, Admin: admin, Tier: tier})
+				return answer(c, k, err, func(k *wire.KeyCreated) error {
+					fmt.Fprintln(c.stdout, k.Key)
+					return nil
+				})
+			})
 		},
 	}
 	create.Flags().StringVar(&tenant, "tenant", "", "tenant the key belongs to")
@@ -74,40 +69,28 @@ func (c *cli) tenantsCmd() *cobra.Command {
 		Short: "List tenants",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := c.client()
-			if err != nil {
-				return err
-			}
-			ts, err := cl.Tenants(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if c.json {
-				return c.printJSON(ts)
-			}
-			for _, t := range ts {
-				fmt.Fprintln(c.stdout, t.Name)
-			}
-			return nil
+			return c.withClient(func(cl *client.Client) error {
+				ts, err := cl.Tenants(cmd.Context())
+				return answer(c, ts, err, func(ts []torpor.Tenant) error {
+					for _, t := range ts {
+						fmt.Fprintln(c.stdout, t.Name)
+					}
+					return nil
+				})
+			})
 		},
 	}, &cobra.Command{
 		Use:   "create NAME",
 		Short: "Create a tenant",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := c.client()
-			if err != nil {
-				return err
-			}
-			t, err := cl.CreateTenant(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			if c.json {
-				return c.printJSON(t)
-			}
-			fmt.Fprintln(c.stdout, t.Name)
-			return nil
+			return c.withClient(func(cl *client.Client) error {
+				t, err := cl.CreateTenant(cmd.Context(), args[0])
+				return answer(c, t, err, func(t *torpor.Tenant) error {
+					fmt.Fprintln(c.stdout, t.Name)
+					return nil
+				})
+			})
 		},
 	})
 	return tenants

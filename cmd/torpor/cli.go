@@ -79,6 +79,37 @@ func (c *cli) client() (*client.Client, error) {
 	return cl.WithRetry(p), nil
 }
 
+// withClient runs f with the API client, so that a verb holds only what it
+// asks the daemon and what it prints.
+func (c *cli) withClient(f func(cl *client.Client) error) error {
+	cl, err := c.client()
+	if err != nil {
+		return err
+	}
+	return f(cl)
+}
+
+// show prints v: as JSON with --json, else in the human form human writes.
+// A nil human prints nothing without --json: the verb's success is silent.
+func show[T any](c *cli, v T, human func(T) error) error {
+	switch {
+	case c.json:
+		return c.printJSON(v)
+	case human == nil:
+		return nil
+	}
+	return human(v)
+}
+
+// answer prints what a request answered: its error when it failed, else v
+// as show prints it.
+func answer[T any](c *cli, v T, err error, human func(T) error) error {
+	if err != nil {
+		return err
+	}
+	return show(c, v, human)
+}
+
 func firstNonEmpty(vs ...string) string {
 	for _, v := range vs {
 		if v != "" {

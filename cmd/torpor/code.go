@@ -29,42 +29,19 @@ func (c *cli) runCmd() *cobra.Command {
 				}
 				code = string(data)
 			}
-			cl, err := c.client()
-			if err != nil {
-				return err
-			}
-			res, err := cl.RunCode(cmd.Context(), args[0], client.CodeRequest{Language: lang, Code: code, TimeoutSeconds: timeout})
-			if err != nil {
-				return err
-			}
-			if c.json {
-				if err := c.printJSON(res); err != nil {
+			return c.withClient(func(cl *client.Client) error {
+				res, err := cl.RunCode(cmd.Context(), args[0], client.CodeRequest{Language: lang, Code: code, TimeoutSeconds: timeout})
+				if err := answer(c, res, err, c.printCodeResult); err != nil {
 					return err
 				}
-			} else {
-				io.WriteString(c.stdout, res.Stdout)
-				io.WriteString(c.stderr, res.Stderr)
-				if res.Result != nil {
-					fmt.Fprintln(c.stdout, *res.Result)
+				switch {
+				case res.ExitCode != nil && *res.ExitCode != 0:
+					return exitError{code: *res.ExitCode}
+				case res.Error != nil || res.TimedOut:
+					return exitError{code: 1}
 				}
-				if res.Error != nil {
-					if res.Error.Traceback != "" {
-						io.WriteString(c.stderr, strings.TrimRight(res.Error.Traceback, "\n")+"\n")
-					} else {
-						fmt.Fprintf(c.stderr, "%s: %s\n", res.Error.Name, res.Error.Value)
-					}
-				}
-				if res.Context == torpor.ContextNew {
-					fmt.Fprintln(c.stderr, "torpor: (ran in a new interpreter)")
-				}
-			}
-			switch {
-			case res.ExitCode != nil && *res.ExitCode != 0:
-				return exitError{code: *res.ExitCode}
-			case res.Error != nil || res.TimedOut:
-				return exitError{code: 1}
-			}
-			return nil
+				return nil
+			})
 		},
 	}
 	f := cmd.Flags()
@@ -72,4 +49,25 @@ func (c *cli) runCmd() *cobra.Command {
 	f.StringVarP(&code, "code", "c", "", "the code to run (default: read from stdin)")
 	f.Float64Var(&timeout, "timeout", 0, "seconds before the interpreter is killed (0: none)")
 	return cmd
+}
+
+// printCodeResult writes what a run printed to the matching streams, then
+// its result, and its error as the interpreter tells it.
+func (c *cli) printCodeResult(res *client.CodeResult) error {
+	io.WriteString(c.stdout, res.Stdout)
+	io.WriteString(c.stderr, res.Stderr)
+	if res.Result != nil {
+		fmt.Fprintln(c.stdout, *res.Result)
+	}
+	if res.Error != nil {
+		if res.Error.Traceback != "" {
+			io.WriteString(c.stderr, strings.TrimRight(res.Error.Traceback, "\n")+"\n")
+		} else {
+			fmt.Fprintf(c.stderr, "%s: %s\n", res.Error.Name, res.Error.Value)
+		}
+	}
+	if res.Context == torpor.ContextNew {
+		fmt.Fprintln(c.stderr, "torpor: (ran in a new interpreter)")
+	}
+	return nil
 }

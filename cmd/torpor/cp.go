@@ -38,14 +38,12 @@ Directories travel as tar archives; symlinks are copied as symlinks.`,
 			if src.ok == dst.ok {
 				return errors.New("one of SRC and DST must be ID:PATH (a path in a sandbox) and the other a local path")
 			}
-			cl, err := c.client()
-			if err != nil {
-				return err
-			}
-			if dst.ok {
-				return c.copyIn(cmd.Context(), cl, args[0], dst)
-			}
-			return c.copyOut(cmd.Context(), cl, src, args[1])
+			return c.withClient(func(cl *client.Client) error {
+				if dst.ok {
+					return c.copyIn(cmd.Context(), cl, args[0], dst)
+				}
+				return c.copyOut(cmd.Context(), cl, src, args[1])
+			})
 		},
 	}
 }
@@ -84,7 +82,7 @@ func remoteDir(ctx context.Context, cl *client.Client, r remote) (bool, *client.
 func (c *cli) copyIn(ctx context.Context, cl *client.Client, src string, dst remote) error {
 	if src == "-" {
 		info, err := cl.WriteFile(ctx, dst.id, dst.path, c.stdin, nil)
-		return c.result(info, err)
+		return answer(c, info, err, nil)
 	}
 	st, err := os.Stat(src)
 	if err != nil {
@@ -106,7 +104,7 @@ func (c *cli) copyIn(ctx context.Context, cl *client.Client, src string, dst rem
 		defer f.Close()
 		m := localMode(st.Mode())
 		info, err := cl.WriteFile(ctx, dst.id, target, f, &client.WriteOptions{Mode: &m})
-		return c.result(info, err)
+		return answer(c, info, err, nil)
 	}
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(writeLocalTar(pw, src, c.stderr)) }()
@@ -118,15 +116,7 @@ func (c *cli) copyIn(ctx context.Context, cl *client.Client, src string, dst rem
 	for _, s := range res.Skipped {
 		fmt.Fprintf(c.stderr, "torpor: %s was not copied: %s\n", s.Name, s.Reason)
 	}
-	return c.result(res, nil)
-}
-
-// result prints v with --json.
-func (c *cli) result(v any, err error) error {
-	if err != nil || !c.json {
-		return err
-	}
-	return c.printJSON(v)
+	return show(c, res, nil)
 }
 
 // localMode turns a local file's mode into permission bits.

@@ -38,30 +38,25 @@ func (c *cli) filesLsCmd() *cobra.Command {
 			if len(args) == 2 {
 				p = args[1]
 			}
-			cl, err := c.client()
-			if err != nil {
-				return err
-			}
-			l, err := cl.ListFiles(cmd.Context(), args[0], p, depth)
-			if err != nil {
-				return err
-			}
-			if c.json {
-				return c.printJSON(l)
-			}
-			printFiles(c.stdout, l.Entries)
-			if l.Truncated {
-				fmt.Fprintf(c.stderr, "torpor: the listing was cut at %d entries\n", len(l.Entries))
-			}
-			return nil
+			return c.withClient(func(cl *client.Client) error {
+				l, err := cl.ListFiles(cmd.Context(), args[0], p, depth)
+				return answer(c, l, err, func(l *client.FileList) error {
+					c.printFiles(l.Entries)
+					if l.Truncated {
+						fmt.Fprintf(c.stderr, "torpor: the listing was cut at %d entries\n", len(l.Entries))
+					}
+					return nil
+				})
+			})
 		},
 	}
 	cmd.Flags().IntVarP(&depth, "depth", "d", 1, fmt.Sprintf("levels to list (1..%d)", files.MaxDepth))
 	return cmd
 }
 
-func printFiles(w io.Writer, infos []client.FileInfo) {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+// printFiles lists files, one a row.
+func (c *cli) printFiles(infos []client.FileInfo) error {
+	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TYPE\tMODE\tSIZE\tMODIFIED\tPATH")
 	for _, f := range infos {
 		name := f.Path
@@ -71,6 +66,18 @@ func printFiles(w io.Writer, infos []client.FileInfo) {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", f.Type, f.Mode, f.Size, f.ModTime.Local().Format(time.DateTime), name)
 	}
 	tw.Flush()
+	return nil
+}
+
+// eachPath runs f on each path of an `ID PATH...` command in turn and
+// stops at the first error, which names its path.
+func eachPath(paths []string, f func(p string) error) error {
+	for _, p := range paths {
+		if err := f(p); err != nil {
+			return fmt.Errorf("%s: %w", p, err)
+		}
+	}
+	return nil
 }
 
 func (c *cli) filesCatCmd() *cobra.Command {
@@ -79,22 +86,17 @@ func (c *cli) filesCatCmd() *cobra.Command {
 		Short: "Print files",
 		Args:  cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := c.client()
-			if err != nil {
-				return err
-			}
-			for _, p := range args[1:] {
-				rc, err := cl.ReadFile(cmd.Context(), args[0], p)
-				if err != nil {
-					return fmt.Errorf("%s: %w", p, err)
-				}
-				_, err = io.Copy(c.stdout, rc)
-				rc.Close()
-				if err != nil {
-					return fmt.Errorf("%s: %w", p, err)
-				}
-			}
-			return nil
+			return c.withClient(func(cl *client.Client) error {
+				return eachPath(args[1:], func(p string) error {
+					rc, err := cl.ReadFile(cmd.Context(), args[0], p)
+					if err != nil {
+						return err
+					}
+					defer rc.Close()
+					_, err = io.Copy(c.stdout, rc)
+					return err
+				})
+			})
 		},
 	}
 }
@@ -119,15 +121,10 @@ func (c *cli) filesPutCmd() *cobra.Command {
 				defer f.Close()
 				src = f
 			}
-			cl, err := c.client()
-			if err != nil {
-				return err
-			}
-			info, err := cl.WriteFile(cmd.Context(), args[0], args[1], src, o)
-			if err != nil || !c.json {
-				return err
-			}
-			return c.printJSON(info)
+			return c.withClient(func(cl *client.Client) error {
+				info, err := cl.WriteFile(cmd.Context(), args[0], args[1], src, o)
+				return answer(c, info, err, nil)
+			})
 		},
 	}
 	cmd.Flags().StringVar(&mode, "mode", "", "permission bits in octal, e.g. 0755 (default: kept, or 0644)")
@@ -152,26 +149,24 @@ func (c *cli) filesStatCmd() *cobra.Command {
 		Short: "Describe files (a symlink itself, with its target)",
 		Args:  cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := c.client()
-			if err != nil {
-				return err
-			}
-			var infos []client.FileInfo
-			for _, p := range args[1:] {
-				info, err := cl.StatFile(cmd.Context(), args[0], p)
+			return c.withClient(func(cl *client.Client) error {
+				var infos []client.FileInfo
+				err := eachPath(args[1:], func(p string) error {
+					info, err := cl.StatFile(cmd.Context(), args[0], p)
+					if err == nil {
+						infos = append(infos, *info)
+					}
+					return err
+				})
 				if err != nil {
-					return fmt.Errorf("%s: %w", p, err)
+					return err
 				}
-				infos = append(infos, *info)
-			}
-			if c.json {
-				if len(infos) == 1 {
+				if c.json && len(infos) == 1 {
+					// One path is answered with an object, several with a list.
 					return c.printJSON(infos[0])
 				}
-				return c.printJSON(infos)
-			}
-			printFiles(c.stdout, infos)
-			return nil
+				return show(c, infos, c.printFiles)
+			})
 		},
 	}
 }
@@ -194,16 +189,12 @@ func (c *cli) filesMkdirCmd() *cobra.Command {
 				}
 				o.Mode = &m
 			}
-			cl, err := c.client()
-			if err != nil {
-				return err
-			}
-			for _, p := range args[1:] {
-				if _, err := cl.Mkdir(cmd.Context(), args[0], p, o); err != nil {
-					return fmt.Errorf("%s: %w", p, err)
-				}
-			}
-			return nil
+			return c.withClient(func(cl *client.Client) error {
+				return eachPath(args[1:], func(p string) error {
+					_, err := cl.Mkdir(cmd.Context(), args[0], p, o)
+					return err
+				})
+			})
 		},
 	}
 	cmd.Flags().BoolVarP(&parents, "parents", "p", false, "make missing parents; an existing directory is fine")
@@ -218,15 +209,10 @@ func (c *cli) filesMvCmd() *cobra.Command {
 		Short: "Rename or move a file or directory",
 		Args:  cobra.ExactArgs(3),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := c.client()
-			if err != nil {
-				return err
-			}
-			info, err := cl.Rename(cmd.Context(), args[0], args[1], args[2], force)
-			if err != nil || !c.json {
-				return err
-			}
-			return c.printJSON(info)
+			return c.withClient(func(cl *client.Client) error {
+				info, err := cl.Rename(cmd.Context(), args[0], args[1], args[2], force)
+				return answer(c, info, err, nil)
+			})
 		},
 	}
 	cmd.Flags().BoolVarP(&force, "force", "f", false, "replace an existing TO")
@@ -240,16 +226,11 @@ func (c *cli) filesRmCmd() *cobra.Command {
 		Short: "Remove files, symlinks and empty directories (-r: trees)",
 		Args:  cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := c.client()
-			if err != nil {
-				return err
-			}
-			for _, p := range args[1:] {
-				if err := cl.RemoveFile(cmd.Context(), args[0], p, recursive); err != nil {
-					return fmt.Errorf("%s: %w", p, err)
-				}
-			}
-			return nil
+			return c.withClient(func(cl *client.Client) error {
+				return eachPath(args[1:], func(p string) error {
+					return cl.RemoveFile(cmd.Context(), args[0], p, recursive)
+				})
+			})
 		},
 	}
 	cmd.Flags().BoolVarP(&recursive, "recursive", "r", false, "remove directories and everything in them")

@@ -36,19 +36,13 @@ func (c *cli) spawnCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			cl, err := c.client()
-			if err != nil {
-				return err
-			}
-			p, err := cl.StartProcess(cmd.Context(), args[0], client.ProcessRequest{Cmd: args[1:], Env: envMap, Cwd: cwd})
-			if err != nil {
-				return err
-			}
-			if c.json {
-				return c.printJSON(p)
-			}
-			fmt.Fprintln(c.stdout, p.ID)
-			return nil
+			return c.withClient(func(cl *client.Client) error {
+				p, err := cl.StartProcess(cmd.Context(), args[0], client.ProcessRequest{Cmd: args[1:], Env: envMap, Cwd: cwd})
+				return answer(c, p, err, func(p *client.Process) error {
+					fmt.Fprintln(c.stdout, p.ID)
+					return nil
+				})
+			})
 		},
 	}
 	f := cmd.Flags()
@@ -63,33 +57,30 @@ func (c *cli) psCmd() *cobra.Command {
 		Short: "List a sandbox's background processes (those ended by a hibernate or restart show as gone)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := c.client()
-			if err != nil {
-				return err
-			}
-			list, err := cl.ListProcesses(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			if c.json {
-				return c.printJSON(list)
-			}
-			tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tPID\tSTATE\tSTARTED\tCOMMAND")
-			for _, p := range list {
-				state := p.State
-				if p.ExitCode != nil {
-					state += fmt.Sprintf(" (%d)", *p.ExitCode)
-				}
-				pid := "-"
-				if p.Pid > 0 {
-					pid = strconv.Itoa(p.Pid)
-				}
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", p.ID, pid, state, p.StartedAt.Local().Format(time.DateTime), strings.Join(p.Cmd, " "))
-			}
-			return tw.Flush()
+			return c.withClient(func(cl *client.Client) error {
+				list, err := cl.ListProcesses(cmd.Context(), args[0])
+				return answer(c, list, err, c.printProcesses)
+			})
 		},
 	}
+}
+
+// printProcesses lists background processes, one a row.
+func (c *cli) printProcesses(list []client.Process) error {
+	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tPID\tSTATE\tSTARTED\tCOMMAND")
+	for _, p := range list {
+		state := p.State
+		if p.ExitCode != nil {
+			state += fmt.Sprintf(" (%d)", *p.ExitCode)
+		}
+		pid := "-"
+		if p.Pid > 0 {
+			pid = strconv.Itoa(p.Pid)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", p.ID, pid, state, p.StartedAt.Local().Format(time.DateTime), strings.Join(p.Cmd, " "))
+	}
+	return tw.Flush()
 }
 
 func (c *cli) logsCmd() *cobra.Command {
@@ -106,29 +97,23 @@ func (c *cli) logsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			cl, err := c.client()
-			if err != nil {
-				return err
-			}
-			if follow {
-				end, err := cl.FollowProcessOutput(cmd.Context(), args[0], pid, offset, c.stdout)
-				if err != nil {
+			return c.withClient(func(cl *client.Client) error {
+				if follow {
+					end, err := cl.FollowProcessOutput(cmd.Context(), args[0], pid, offset, c.stdout)
+					if err != nil {
+						return err
+					}
+					if end.ExitCode != nil && *end.ExitCode != 0 {
+						return exitError{code: *end.ExitCode}
+					}
+					return nil
+				}
+				out, err := cl.ProcessOutput(cmd.Context(), args[0], pid, offset)
+				return answer(c, out, err, func(out *client.ProcessOutput) error {
+					_, err := io.WriteString(c.stdout, out.Data)
 					return err
-				}
-				if end.ExitCode != nil && *end.ExitCode != 0 {
-					return exitError{code: *end.ExitCode}
-				}
-				return nil
-			}
-			out, err := cl.ProcessOutput(cmd.Context(), args[0], pid, offset)
-			if err != nil {
-				return err
-			}
-			if c.json {
-				return c.printJSON(out)
-			}
-			_, err = io.WriteString(c.stdout, out.Data)
-			return err
+				})
+			})
 		},
 	}
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "stream new output until the process ends")
@@ -160,11 +145,9 @@ func (c *cli) sendCmd() *cobra.Command {
 			case len(args) == 3:
 				data = args[2]
 			}
-			cl, err := c.client()
-			if err != nil {
-				return err
-			}
-			return cl.WriteProcessStdin(cmd.Context(), args[0], pid, data, closeIt)
+			return c.withClient(func(cl *client.Client) error {
+				return cl.WriteProcessStdin(cmd.Context(), args[0], pid, data, closeIt)
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&closeIt, "close", false, "close the process's stdin after writing")
@@ -182,11 +165,9 @@ func (c *cli) killCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			cl, err := c.client()
-			if err != nil {
-				return err
-			}
-			return cl.SignalProcess(cmd.Context(), args[0], pid, sig)
+			return c.withClient(func(cl *client.Client) error {
+				return cl.SignalProcess(cmd.Context(), args[0], pid, sig)
+			})
 		},
 	}
 	cmd.Flags().StringVarP(&sig, "signal", "s", "TERM", "TERM, KILL, INT or HUP")

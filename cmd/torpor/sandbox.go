@@ -61,24 +61,21 @@ func (c *cli) createCmd() *cobra.Command {
 					return err
 				}
 			}
-			cl, err := c.client()
-			if err != nil {
-				return err
-			}
-			done := c.progress("Creating a sandbox from %s", req.Template)
-			sb, err := cl.Create(cmd.Context(), req)
-			if err != nil {
-				return err
-			}
-			done()
-			if c.json {
-				return c.printJSON(sb)
-			}
-			fmt.Fprintln(c.stdout, sb.ID)
-			if sb.State == torpor.StateFailed && sb.Failure != nil {
-				return fmt.Errorf("sandbox %s failed to boot: %s (%s)", sb.ID, sb.Failure.Message, sb.Failure.Code)
-			}
-			return nil
+			return c.withClient(func(cl *client.Client) error {
+				done := c.progress("Creating a sandbox from %s", req.Template)
+				sb, err := cl.Create(cmd.Context(), req)
+				if err != nil {
+					return err
+				}
+				done()
+				return show(c, sb, func(sb *torpor.Sandbox) error {
+					fmt.Fprintln(c.stdout, sb.ID)
+					if sb.State == torpor.StateFailed && sb.Failure != nil {
+						return fmt.Errorf("sandbox %s failed to boot: %s (%s)", sb.ID, sb.Failure.Message, sb.Failure.Code)
+					}
+					return nil
+				})
+			})
 		},
 	}
 	f := cmd.Flags()
@@ -202,19 +199,10 @@ func (c *cli) updateCmd() *cobra.Command {
 				v := v
 				req.Metadata[k] = &v
 			}
-			cl, err := c.client()
-			if err != nil {
-				return err
-			}
-			sb, err := cl.Update(cmd.Context(), args[0], req)
-			if err != nil {
-				return err
-			}
-			if c.json {
-				return c.printJSON(sb)
-			}
-			printSandbox(c.stdout, sb)
-			return nil
+			return c.withClient(func(cl *client.Client) error {
+				sb, err := cl.Update(cmd.Context(), args[0], req)
+				return answer(c, sb, err, c.printSandbox)
+			})
 		},
 	}
 	cmd.Flags().StringArrayVarP(&md, "metadata", "m", nil, "metadata KEY=VALUE (repeatable; KEY= removes)")
@@ -243,19 +231,10 @@ func (c *cli) lsCmd() *cobra.Command {
 			for _, s := range states {
 				o.States = append(o.States, torpor.State(s))
 			}
-			cl, err := c.client()
-			if err != nil {
-				return err
-			}
-			sbs, err := cl.List(cmd.Context(), o)
-			if err != nil {
-				return err
-			}
-			if c.json {
-				return c.printJSON(sbs)
-			}
-			printTable(c.stdout, sbs)
-			return nil
+			return c.withClient(func(cl *client.Client) error {
+				sbs, err := cl.List(cmd.Context(), o)
+				return answer(c, sbs, err, c.printTable)
+			})
 		},
 	}
 	cmd.Flags().BoolVarP(&all, "all", "a", false, "include terminated sandboxes")
@@ -264,14 +243,16 @@ func (c *cli) lsCmd() *cobra.Command {
 	return cmd
 }
 
-func printTable(w io.Writer, sbs []*torpor.Sandbox) {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+// printTable lists sandboxes, one a row.
+func (c *cli) printTable(sbs []*torpor.Sandbox) error {
+	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tTEMPLATE\tSTATE\tSINCE\tCREATED\tMETADATA")
 	for _, sb := range sbs {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", sb.ID, sb.Template, sb.State,
 			ago(sb.StateSince), sb.CreatedAt.Local().Format(time.DateTime), metadataString(sb.Metadata))
 	}
 	tw.Flush()
+	return nil
 }
 
 func ago(t time.Time) string {
@@ -301,25 +282,17 @@ func (c *cli) getCmd() *cobra.Command {
 		Short: "Show a sandbox",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := c.client()
-			if err != nil {
-				return err
-			}
-			sb, err := cl.Get(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			if c.json {
-				return c.printJSON(sb)
-			}
-			printSandbox(c.stdout, sb)
-			return nil
+			return c.withClient(func(cl *client.Client) error {
+				sb, err := cl.Get(cmd.Context(), args[0])
+				return answer(c, sb, err, c.printSandbox)
+			})
 		},
 	}
 }
 
-func printSandbox(w io.Writer, sb *torpor.Sandbox) {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+// printSandbox describes a sandbox, one field a line.
+func (c *cli) printSandbox(sb *torpor.Sandbox) error {
+	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 	row := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, v) }
 	row("ID", sb.ID)
 	row("Template", sb.Template)
@@ -366,6 +339,7 @@ func printSandbox(w io.Writer, sb *torpor.Sandbox) {
 		row("Metadata", metadataString(sb.Metadata))
 	}
 	tw.Flush()
+	return nil
 }
 
 // verbCmd is a lifecycle verb on one or more sandboxes.
@@ -377,47 +351,50 @@ func (c *cli) verbCmd(name string, aliases []string, short string) *cobra.Comman
 		Short:   short,
 		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := c.client()
-			if err != nil {
-				return err
-			}
-			for _, id := range args {
-				done := c.progress("%s %s", waiting[name], id)
-				var sb *torpor.Sandbox
-				ctx := cmd.Context()
-				switch name {
-				case "pause":
-					sb, err = cl.Pause(ctx, id, torpor.PauseMode(mode))
-				case "start":
-					sb, err = cl.Start(ctx, id)
-				case "hibernate":
-					sb, err = cl.Hibernate(ctx, id)
-				case "restart":
-					sb, err = cl.Restart(ctx, id)
-				case "touch":
-					sb, err = cl.Touch(ctx, id)
-				case "rm":
-					sb, err = cl.Delete(ctx, id)
-				}
-				if err != nil {
-					return fmt.Errorf("%s %s: %w", name, id, err)
-				}
-				done()
-				if c.json {
-					if err := c.printJSON(sb); err != nil {
+			return c.withClient(func(cl *client.Client) error {
+				for _, id := range args {
+					done := c.progress("%s %s", waiting[name], id)
+					var (
+						sb  *torpor.Sandbox
+						err error
+					)
+					ctx := cmd.Context()
+					switch name {
+					case "pause":
+						sb, err = cl.Pause(ctx, id, torpor.PauseMode(mode))
+					case "start":
+						sb, err = cl.Start(ctx, id)
+					case "hibernate":
+						sb, err = cl.Hibernate(ctx, id)
+					case "restart":
+						sb, err = cl.Restart(ctx, id)
+					case "touch":
+						sb, err = cl.Touch(ctx, id)
+					case "rm":
+						sb, err = cl.Delete(ctx, id)
+					}
+					if err != nil {
+						return fmt.Errorf("%s %s: %w", name, id, err)
+					}
+					done()
+					if err := show(c, sb, c.printState); err != nil {
 						return err
 					}
-				} else {
-					fmt.Fprintf(c.stdout, "%s %s\n", sb.ID, sb.State)
 				}
-			}
-			return nil
+				return nil
+			})
 		},
 	}
 	if name == "pause" {
 		cmd.Flags().StringVar(&mode, "mode", "", "freeze or snapshot (default: the runtime's)")
 	}
 	return cmd
+}
+
+// printState says where a sandbox is now: its id and state.
+func (c *cli) printState(sb *torpor.Sandbox) error {
+	fmt.Fprintf(c.stdout, "%s %s\n", sb.ID, sb.State)
+	return nil
 }
 
 var waiting = map[string]string{
@@ -450,28 +427,28 @@ func (c *cli) execCmd() *cobra.Command {
 				}
 				req.Stdin = string(data)
 			}
-			cl, err := c.client()
-			if err != nil {
-				return err
-			}
-			if c.json {
-				res, err := cl.Exec(cmd.Context(), args[0], req)
+			return c.withClient(func(cl *client.Client) error {
+				// --json waits for the whole answer; a person sees the
+				// output as it comes.
+				if c.json {
+					res, err := cl.Exec(cmd.Context(), args[0], req)
+					if err != nil {
+						return err
+					}
+					if err := c.printJSON(res); err != nil {
+						return err
+					}
+					return exitCode(res)
+				}
+				res, err := cl.ExecStream(cmd.Context(), args[0], req, c.stdout, c.stderr)
 				if err != nil {
 					return err
 				}
-				if err := c.printJSON(res); err != nil {
-					return err
+				if res.TimedOut {
+					fmt.Fprintf(c.stderr, "torpor: the command timed out after %gs and was killed\n", timeout)
 				}
 				return exitCode(res)
-			}
-			res, err := cl.ExecStream(cmd.Context(), args[0], req, c.stdout, c.stderr)
-			if err != nil {
-				return err
-			}
-			if res.TimedOut {
-				fmt.Fprintf(c.stderr, "torpor: the command timed out after %gs and was killed\n", timeout)
-			}
-			return exitCode(res)
+			})
 		},
 	}
 	f := cmd.Flags()
@@ -500,51 +477,51 @@ func (c *cli) eventsCmd() *cobra.Command {
 		Short: "Print lifecycle events (of one sandbox when ID is given)",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := c.client()
-			if err != nil {
-				return err
-			}
-			id := ""
-			if len(args) == 1 {
-				id = args[0]
-			}
-			print := func(ev torpor.Event) error {
-				if c.json {
-					return c.printJSON(ev)
+			return c.withClient(func(cl *client.Client) error {
+				id := ""
+				if len(args) == 1 {
+					id = args[0]
 				}
-				_, err := fmt.Fprintf(c.stdout, "%d\t%s\t%s\t%s\t%s\n", ev.Seq, ev.Time.Local().Format(time.DateTime), ev.SandboxID, ev.Type, metadataString(ev.Attrs))
-				return err
-			}
-			if !follow {
-				evs, _, err := cl.Events(cmd.Context(), id, since)
-				if err != nil {
-					return err
-				}
-				for _, ev := range evs {
-					if err := print(ev); err != nil {
+				print := func(ev torpor.Event) error { return show(c, ev, c.printEvent) }
+				if !follow {
+					evs, _, err := cl.Events(cmd.Context(), id, since)
+					if err != nil {
 						return err
 					}
-				}
-				return nil
-			}
-			// Follow the stream; reconnect from the last cursor if it drops.
-			for {
-				since, err = cl.FollowEvents(cmd.Context(), id, since, print)
-				if cmd.Context().Err() != nil {
+					for _, ev := range evs {
+						if err := print(ev); err != nil {
+							return err
+						}
+					}
 					return nil
 				}
-				if client.IsNotFound(err) || client.IsUnauthenticated(err) || client.IsInvalid(err) {
-					return err
+				// Follow the stream; reconnect from the last cursor if it drops.
+				for {
+					var err error
+					since, err = cl.FollowEvents(cmd.Context(), id, since, print)
+					if cmd.Context().Err() != nil {
+						return nil
+					}
+					if client.IsNotFound(err) || client.IsUnauthenticated(err) || client.IsInvalid(err) {
+						return err
+					}
+					select {
+					case <-cmd.Context().Done():
+						return nil
+					case <-time.After(time.Second):
+					}
 				}
-				select {
-				case <-cmd.Context().Done():
-					return nil
-				case <-time.After(time.Second):
-				}
-			}
+			})
 		},
 	}
 	cmd.Flags().Int64Var(&since, "since", 0, "print events after this cursor")
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new events")
 	return cmd
+}
+
+// printEvent prints an event on one line: cursor, time, sandbox, type and
+// attributes.
+func (c *cli) printEvent(ev torpor.Event) error {
+	_, err := fmt.Fprintf(c.stdout, "%d\t%s\t%s\t%s\t%s\n", ev.Seq, ev.Time.Local().Format(time.DateTime), ev.SandboxID, ev.Type, metadataString(ev.Attrs))
+	return err
 }

@@ -36,25 +36,22 @@ func (c *cli) templateLsCmd() *cobra.Command {
 		Short:   "List templates",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := c.client()
-			if err != nil {
-				return err
-			}
-			ts, err := cl.Templates(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if c.json {
-				return c.printJSON(ts)
-			}
-			tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tSOURCE\tSIZE\tIN USE\tCREATED")
-			for _, t := range ts {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", t.Name, sourceText(t.Source), sizeText(t.SizeBytes), t.InUse, t.CreatedAt.Local().Format("2006-01-02 15:04"))
-			}
-			return tw.Flush()
+			return c.withClient(func(cl *client.Client) error {
+				ts, err := cl.Templates(cmd.Context())
+				return answer(c, ts, err, c.printTemplates)
+			})
 		},
 	}
+}
+
+// printTemplates lists templates, one a row.
+func (c *cli) printTemplates(ts []torpor.Template) error {
+	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tSOURCE\tSIZE\tIN USE\tCREATED")
+	for _, t := range ts {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", t.Name, sourceText(t.Source), sizeText(t.SizeBytes), t.InUse, t.CreatedAt.Local().Format("2006-01-02 15:04"))
+	}
+	return tw.Flush()
 }
 
 func sourceText(s torpor.TemplateSource) string {
@@ -81,40 +78,38 @@ func (c *cli) templateGetCmd() *cobra.Command {
 		Short: "Show a template",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := c.client()
-			if err != nil {
-				return err
-			}
-			t, err := cl.Template(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			if c.json {
-				return c.printJSON(t)
-			}
-			tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-			row := func(k, v string) {
-				if v != "" {
-					fmt.Fprintf(tw, "%s\t%s\n", k, v)
-				}
-			}
-			d := t.Defaults
-			row("Name", t.Name)
-			row("Source", sourceText(t.Source))
-			row("Digest", t.Digest)
-			row("Size", sizeText(t.SizeBytes))
-			row("In use", fmt.Sprint(t.InUse))
-			row("Created", t.CreatedAt.Local().Format("2006-01-02 15:04:05"))
-			row("Entrypoint", strings.Join(d.Entrypoint, " "))
-			row("Image command", strings.Join(d.ImageCmd, " "))
-			row("Working dir", d.WorkingDir)
-			row("Setup", strings.Join(d.Setup, "; "))
-			for k, v := range d.Env {
-				row("Env", k+"="+v)
-			}
-			return tw.Flush()
+			return c.withClient(func(cl *client.Client) error {
+				t, err := cl.Template(cmd.Context(), args[0])
+				return answer(c, t, err, c.describeTemplate)
+			})
 		},
 	}
+}
+
+// describeTemplate shows a template, one field a line; empty fields are
+// left out.
+func (c *cli) describeTemplate(t *torpor.Template) error {
+	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	row := func(k, v string) {
+		if v != "" {
+			fmt.Fprintf(tw, "%s\t%s\n", k, v)
+		}
+	}
+	d := t.Defaults
+	row("Name", t.Name)
+	row("Source", sourceText(t.Source))
+	row("Digest", t.Digest)
+	row("Size", sizeText(t.SizeBytes))
+	row("In use", fmt.Sprint(t.InUse))
+	row("Created", t.CreatedAt.Local().Format("2006-01-02 15:04:05"))
+	row("Entrypoint", strings.Join(d.Entrypoint, " "))
+	row("Image command", strings.Join(d.ImageCmd, " "))
+	row("Working dir", d.WorkingDir)
+	row("Setup", strings.Join(d.Setup, "; "))
+	for k, v := range d.Env {
+		row("Env", k+"="+v)
+	}
+	return tw.Flush()
 }
 
 func (c *cli) templateRmCmd() *cobra.Command {
@@ -124,17 +119,15 @@ func (c *cli) templateRmCmd() *cobra.Command {
 		Short:   "Remove templates that no sandbox uses",
 		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := c.client()
-			if err != nil {
-				return err
-			}
-			for _, name := range args {
-				if err := cl.DeleteTemplate(cmd.Context(), name); err != nil {
-					return err
+			return c.withClient(func(cl *client.Client) error {
+				for _, name := range args {
+					if err := cl.DeleteTemplate(cmd.Context(), name); err != nil {
+						return err
+					}
+					fmt.Fprintln(c.stdout, name)
 				}
-				fmt.Fprintln(c.stdout, name)
-			}
-			return nil
+				return nil
+			})
 		},
 	}
 }
@@ -203,15 +196,10 @@ sandbox that uses them. Needs an admin key.`,
 					}
 				}
 			}
-			cl, err := c.client()
-			if err != nil {
-				return err
-			}
-			t, err := cl.ImportTemplate(cmd.Context(), req, c.progressLine)
-			if err != nil {
-				return err
-			}
-			return c.printTemplate(t)
+			return c.withClient(func(cl *client.Client) error {
+				t, err := cl.ImportTemplate(cmd.Context(), req, c.progressLine)
+				return answer(c, t, err, c.printTemplateName)
+			})
 		},
 	}
 	f := cmd.Flags()
@@ -271,15 +259,10 @@ use.`,
 					}
 				}
 			}
-			cl, err := c.client()
-			if err != nil {
-				return err
-			}
-			t, err := cl.BuildTemplate(cmd.Context(), req, c.progressLine)
-			if err != nil {
-				return err
-			}
-			return c.printTemplate(t)
+			return c.withClient(func(cl *client.Client) error {
+				t, err := cl.BuildTemplate(cmd.Context(), req, c.progressLine)
+				return answer(c, t, err, c.printTemplateName)
+			})
 		},
 	}
 	f := cmd.Flags()
@@ -299,38 +282,30 @@ func (c *cli) buildE2BTemplates(ctx context.Context, names []string) error {
 			names = append(names, r.Name)
 		}
 	}
-	cl, err := c.client()
-	if err != nil {
-		return err
-	}
-	for _, name := range names {
-		req, ok := templates.Recipe(name)
-		if !ok {
-			return torpor.Invalid("name", "%q is not an E2B template (%s or %s)", name, templates.Base, templates.CodeInterpreter)
+	return c.withClient(func(cl *client.Client) error {
+		for _, name := range names {
+			req, ok := templates.Recipe(name)
+			if !ok {
+				return torpor.Invalid("name", "%q is not an E2B template (%s or %s)", name, templates.Base, templates.CodeInterpreter)
+			}
+			if _, err := cl.Template(ctx, name); err == nil {
+				fmt.Fprintf(c.stderr, "template %s exists\n", name)
+				fmt.Fprintln(c.stdout, name)
+				continue
+			} else if !client.IsNotFound(err) {
+				return err
+			}
+			t, err := cl.BuildTemplate(ctx, req, c.progressLine)
+			if err := answer(c, t, err, c.printTemplateName); err != nil {
+				return err
+			}
 		}
-		if _, err := cl.Template(ctx, name); err == nil {
-			fmt.Fprintf(c.stderr, "template %s exists\n", name)
-			fmt.Fprintln(c.stdout, name)
-			continue
-		} else if !client.IsNotFound(err) {
-			return err
-		}
-		t, err := cl.BuildTemplate(ctx, req, c.progressLine)
-		if err != nil {
-			return err
-		}
-		if err := c.printTemplate(t); err != nil {
-			return err
-		}
-	}
-	return nil
+		return nil
+	})
 }
 
-// printTemplate prints a made template: its name, or JSON.
-func (c *cli) printTemplate(t *torpor.Template) error {
-	if c.json {
-		return c.printJSON(t)
-	}
+// printTemplateName names a made template.
+func (c *cli) printTemplateName(t *torpor.Template) error {
 	fmt.Fprintln(c.stdout, t.Name)
 	return nil
 }

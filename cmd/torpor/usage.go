@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/torpor-dev/torpor"
+	"github.com/torpor-dev/torpor/api/wire"
 	"github.com/torpor-dev/torpor/client"
 )
 
@@ -36,40 +37,10 @@ func (c *cli) usageCmd() *cobra.Command {
 			if q.GroupBy == "none" {
 				q.GroupBy = ""
 			}
-			cl, err := c.client()
-			if err != nil {
-				return err
-			}
-			rep, err := cl.Usage(cmd.Context(), q)
-			if err != nil {
-				return err
-			}
-			if c.json {
-				return c.printJSON(rep)
-			}
-			tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
-			if q.GroupBy == "" {
-				fmt.Fprintln(tw, "SANDBOX\tKIND\tSTART\tEND\tSECONDS\tCOST\t")
-				for _, r := range rep.Rows {
-					end := r.End.Local().Format(time.DateTime)
-					if r.Open {
-						end += " (open)"
-					}
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.1f\t%.6f\t\n", r.SandboxID, r.Kind, r.Start.Local().Format(time.DateTime), end, r.Seconds, r.Cost)
-				}
-			} else {
-				fmt.Fprintf(tw, "%s\tRUNNING\tFROZEN\tSNAPSHOT\tHIBERNATED\tBILLED\tCOST\t\n", map[string]string{
-					torpor.GroupBySandbox: "SANDBOX", torpor.GroupByDay: "DAY", torpor.GroupByTenant: "TENANT"}[q.GroupBy])
-				for _, g := range rep.Groups {
-					printTotals(tw, g.Key, g)
-				}
-			}
-			printTotals(tw, "TOTAL", rep.Total)
-			if err := tw.Flush(); err != nil {
-				return err
-			}
-			fmt.Fprintf(c.stdout, "costs in %s; BILLED = seconds charged for CPU or memory\n", rep.Currency)
-			return nil
+			return c.withClient(func(cl *client.Client) error {
+				rep, err := cl.Usage(cmd.Context(), q)
+				return answer(c, rep, err, func(rep *wire.UsageReport) error { return c.printUsage(q.GroupBy, rep) })
+			})
 		},
 	}
 	f := cmd.Flags()
@@ -79,6 +50,34 @@ func (c *cli) usageCmd() *cobra.Command {
 	f.StringVar(&to, "to", "", "end of the window (exclusive)")
 	f.StringVar(&q.GroupBy, "by", torpor.GroupBySandbox, "group by sandbox, day or tenant; none lists the rows")
 	return cmd
+}
+
+// printUsage prints a usage report: its rows, or its groups when grouped
+// by groupBy, then the total and the currency.
+func (c *cli) printUsage(groupBy string, rep *wire.UsageReport) error {
+	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
+	if groupBy == "" {
+		fmt.Fprintln(tw, "SANDBOX\tKIND\tSTART\tEND\tSECONDS\tCOST\t")
+		for _, r := range rep.Rows {
+			end := r.End.Local().Format(time.DateTime)
+			if r.Open {
+				end += " (open)"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.1f\t%.6f\t\n", r.SandboxID, r.Kind, r.Start.Local().Format(time.DateTime), end, r.Seconds, r.Cost)
+		}
+	} else {
+		fmt.Fprintf(tw, "%s\tRUNNING\tFROZEN\tSNAPSHOT\tHIBERNATED\tBILLED\tCOST\t\n", map[string]string{
+			torpor.GroupBySandbox: "SANDBOX", torpor.GroupByDay: "DAY", torpor.GroupByTenant: "TENANT"}[groupBy])
+		for _, g := range rep.Groups {
+			printTotals(tw, g.Key, g)
+		}
+	}
+	printTotals(tw, "TOTAL", rep.Total)
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.stdout, "costs in %s; BILLED = seconds charged for CPU or memory\n", rep.Currency)
+	return nil
 }
 
 func printTotals(tw *tabwriter.Writer, key string, t torpor.UsageTotals) {
