@@ -251,6 +251,12 @@ func TestBadInputIs4xxAndChangesNothing(t *testing.T) {
 		{"negative memory", "POST", "/v1/sandboxes", "application/json", `{"template":"base","resources":{"memory_mib":-5}}`, 400, "resources.memory_mib"},
 		{"huge memory", "POST", "/v1/sandboxes", "application/json", `{"template":"base","resources":{"memory_mib":99999999999}}`, 400, "resources.memory_mib"},
 		{"two values", "POST", "/v1/sandboxes", "application/json", `{"template":"base"}{}`, 400, "body"},
+		{"duplicate key", "POST", "/v1/sandboxes", "application/json", `{"template":"base","template":"base"}`, 400, "template"},
+		{"duplicate key in another case", "POST", "/v1/sandboxes", "application/json", `{"template":"base","Template":"base"}`, 400, "Template"},
+		{"duplicate nested key", "POST", "/v1/sandboxes", "application/json", `{"template":"base","resources":{"vcpus":1,"vcpus":2}}`, 400, "resources.vcpus"},
+		{"duplicate key in a map", "POST", "/v1/sandboxes", "application/json", `{"template":"base","metadata":{"k":"a","k":"b"}}`, 400, "metadata.k"},
+		{"duplicate key in an array", "POST", "/v1/sandboxes", "application/json", `{"template":"base","hooks":[{"type":"script","path":"/bin/true","on":"resume","on":"pause"}]}`, 400, "hooks[0].on"},
+		{"duplicate key on exec", "POST", "/v1/sandboxes/" + sb.ID + "/exec", "application/json", `{"cmd":["true"],"cmd":["false"]}`, 400, "cmd"},
 		{"no body", "POST", "/v1/sandboxes", "application/json", ``, 400, "body"},
 		{"bad pause mode", "POST", "/v1/sandboxes/" + sb.ID + "/pause", "application/json", `{"mode":"deep"}`, 400, "mode"},
 		{"unknown pause mode", "POST", "/v1/sandboxes/" + sb.ID + "/pause", "application/json", `{"mode":"teleport"}`, 400, "mode"},
@@ -360,6 +366,7 @@ func FuzzCreateBody(f *testing.F) {
 		`{"template":"base","resources":{"memory_mib":-1}}`,
 		`{"template":"", "x": null}`,
 		`[]`, `null`, `{"template":"base","runtime":{"entrypoint":[""]}}`,
+		`{"template":"base","template":"base"}`, `{"template":"base","metadata":{"k":"a","k":"b"}}`,
 	} {
 		f.Add(s)
 	}

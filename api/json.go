@@ -2,103 +2,29 @@ package api
 
 import (
 	"encoding/json"
-	"errors"
-	"io"
-	"mime"
 	"net/http"
 	"strconv"
-	"strings"
 
 	"github.com/torpor-dev/torpor"
+	"github.com/torpor-dev/torpor/api/jsonbody"
 	"github.com/torpor-dev/torpor/api/wire"
 )
 
-// maxBody bounds a request body.
-const maxBody = 1 << 20
-
-// decode reads a JSON body strictly: the right content type, no unknown
-// fields, one value, bounded size. An empty body leaves v as it is when
+// decode reads a JSON body strictly (package jsonbody): the right content
+// type, no unknown fields, one value, no key twice, at most
+// jsonbody.DefaultLimit bytes. An empty body leaves v as it is when
 // optional.
 func decode(r *http.Request, v any, optional bool) error {
-	return decodeLimit(r, v, optional, maxBody)
+	return decodeLimit(r, v, optional, jsonbody.DefaultLimit)
 }
 
-// decodeLimit is decode with a body of at most maxBody bytes.
-func decodeLimit(r *http.Request, v any, optional bool, maxBody int) error {
-	body, err := io.ReadAll(io.LimitReader(r.Body, int64(maxBody)+1))
-	if err != nil {
-		return torpor.Invalid("body", "cannot read the request body")
-	}
-	if len(body) > maxBody {
-		return torpor.Invalid("body", "the request body is larger than %d bytes", maxBody)
-	}
-	if len(strings.TrimSpace(string(body))) == 0 {
-		if optional {
-			return nil
-		}
+// decodeLimit is decode with a body of at most limit bytes.
+func decodeLimit(r *http.Request, v any, optional bool, limit int) error {
+	present, err := jsonbody.Decode(r, v, jsonbody.Rules{Limit: limit})
+	if err == nil && !present && !optional {
 		return torpor.Invalid("body", "a JSON body is required")
 	}
-	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
-		return torpor.Invalid("Content-Type", "send the body as application/json")
-	}
-	dec := json.NewDecoder(strings.NewReader(string(body)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return jsonError(err)
-	}
-	if dec.More() {
-		return torpor.Invalid("body", "the body must hold one JSON value")
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return torpor.Invalid("body", "the body must hold one JSON value")
-	}
-	return nil
-}
-
-// jsonError names the field a decoding error is about.
-func jsonError(err error) error {
-	var typeErr *json.UnmarshalTypeError
-	var syntaxErr *json.SyntaxError
-	switch {
-	case errors.As(err, &typeErr):
-		field := jsonPath(typeErr.Field)
-		if field == "" {
-			field = "body"
-		}
-		return torpor.Invalid(field, "must be of type %s", jsonKind(typeErr.Type.Kind().String()))
-	case errors.As(err, &syntaxErr):
-		return torpor.Invalid("body", "malformed JSON at byte %d", syntaxErr.Offset)
-	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
-		return torpor.Invalid(name, "unknown field %q", name)
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return torpor.Invalid("body", "truncated JSON")
-	}
-	return torpor.Invalid("body", "malformed JSON")
-}
-
-// jsonPath drops the names of embedded Go structs (capitalized) from a
-// decoder's field path, leaving the JSON names a caller sent.
-func jsonPath(p string) string {
-	var keep []string
-	for _, part := range strings.Split(p, ".") {
-		if part != "" && !(part[0] >= 'A' && part[0] <= 'Z') {
-			keep = append(keep, part)
-		}
-	}
-	return strings.Join(keep, ".")
-}
-
-func jsonKind(k string) string {
-	switch k {
-	case "int", "int64", "int32", "float64", "float32", "uint", "uint64":
-		return "number"
-	case "map", "struct":
-		return "object"
-	case "slice":
-		return "array"
-	}
-	return k
+	return err
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -299,6 +299,9 @@ func TestCreateValidation(t *testing.T) {
 		{"no body", ``, 400, "templateID"},
 		{"not JSON", `{"templateID":`, 400, "JSON"},
 		{"an array", `[]`, 400, "object"},
+		{"duplicate templateID", `{"templateID":"base","templateID":"base"}`, 400, "templateID"},
+		{"duplicate nested key", `{"templateID":"base","metadata":{"k":"a","k":"b"}}`, 400, "metadata.k"},
+		{"duplicate key nobody defines", `{"templateID":"base","x":1,"x":2}`, 400, "x"},
 		{"no templateID", `{"timeout":30}`, 400, "templateID"},
 		{"empty templateID", `{"templateID":""}`, 400, "templateID"},
 		{"templateID a number", `{"templateID":7}`, 400, "templateID"},
@@ -754,6 +757,7 @@ func FuzzE2BCreateBody(f *testing.F) {
 		`{"templateID":"base","lifecycle":{"onTimeout":"pause","autoResume":false},"allow_internet_access":false,"secure":true}`,
 		`{"templateID":"base","timeout":-5}`, `{"templateID":null}`, `{"templateID":"x","network":{}}`,
 		`[]`, `null`, `"x"`, `{"templateID":"base","autoPauseMemory":false,"autoPause":true}`,
+		`{"templateID":"base","templateID":"base"}`, `{"templateID":"base","TemplateID":"base"}`,
 	} {
 		f.Add(s)
 	}

@@ -2,14 +2,12 @@ package e2b
 
 import (
 	"encoding/json"
-	"errors"
-	"io"
-	"mime"
 	"net/http"
 	"strconv"
 	"strings"
 
 	"github.com/torpor-dev/torpor"
+	"github.com/torpor-dev/torpor/api/jsonbody"
 	"github.com/torpor-dev/torpor/api/wire"
 )
 
@@ -63,66 +61,12 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// maxBody bounds a request body.
-const maxBody = 1 << 20
-
-// decode reads an optional JSON body into v. Fields E2B defines but
-// torpor does not serve are refused by the handlers; fields nobody
-// defines are ignored, as E2B's API does, so newer SDKs keep working. A
-// value of the wrong type is a 400 naming the field.
+// decode reads an optional JSON body into v (package jsonbody: one
+// value, no key twice, at most jsonbody.DefaultLimit bytes). Fields E2B
+// defines but torpor does not serve are refused by the handlers; fields
+// nobody defines are ignored, as E2B's API does, so newer SDKs keep
+// working, and so is a missing Content-Type. A value of the wrong type is
+// a 400 naming the field.
 func decode(r *http.Request, v any) (present bool, err error) {
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
-	if err != nil {
-		return false, torpor.Invalid("body", "cannot read the request body")
-	}
-	if len(body) > maxBody {
-		return false, torpor.Invalid("body", "the request body is larger than %d bytes", maxBody)
-	}
-	if strings.TrimSpace(string(body)) == "" {
-		return false, nil
-	}
-	if ct := r.Header.Get("Content-Type"); ct != "" {
-		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
-			return false, torpor.Invalid("Content-Type", "send the body as application/json")
-		}
-	}
-	dec := json.NewDecoder(strings.NewReader(string(body)))
-	if err := dec.Decode(v); err != nil {
-		return false, jsonError(err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return false, torpor.Invalid("body", "the body must hold one JSON value")
-	}
-	return true, nil
-}
-
-// jsonError names the field a decoding error is about.
-func jsonError(err error) error {
-	var typeErr *json.UnmarshalTypeError
-	var syntaxErr *json.SyntaxError
-	switch {
-	case errors.As(err, &typeErr):
-		field := typeErr.Field
-		if field == "" {
-			return torpor.Invalid("body", "the body must be a JSON object")
-		}
-		return torpor.Invalid(field, "%s must be of type %s", field, jsonKind(typeErr.Type.Kind().String()))
-	case errors.As(err, &syntaxErr):
-		return torpor.Invalid("body", "malformed JSON at byte %d", syntaxErr.Offset)
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return torpor.Invalid("body", "truncated JSON")
-	}
-	return torpor.Invalid("body", "malformed JSON")
-}
-
-func jsonKind(k string) string {
-	switch k {
-	case "int", "int64", "int32", "float64", "float32", "uint", "uint64":
-		return "number"
-	case "map", "struct":
-		return "object"
-	case "slice":
-		return "array"
-	}
-	return k
+	return jsonbody.Decode(r, v, jsonbody.Rules{AllowUnknownFields: true, AllowNoContentType: true})
 }
