@@ -124,18 +124,6 @@ func (s *Server) verb(fn func(*lifecycle.Engine, context.Context, string, string
 	}
 }
 
-func (s *Server) templates(w http.ResponseWriter, r *http.Request, p principal) error {
-	ts, err := s.tmpls.ListTemplates(r.Context())
-	if err != nil {
-		return err
-	}
-	if ts == nil {
-		ts = []torpor.Template{}
-	}
-	writeJSON(w, http.StatusOK, wire.TemplateList{Templates: ts})
-	return nil
-}
-
 func (s *Server) events(w http.ResponseWriter, r *http.Request, p principal) error {
 	return s.listEvents(w, r, p, "")
 }

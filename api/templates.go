@@ -9,13 +9,56 @@ import (
 	"github.com/torpor-dev/torpor/api/wire"
 )
 
+// templates lists the templates.
+func (s *Server) templates(w http.ResponseWriter, r *http.Request, p principal) error {
+	ts, err := s.tmpls.ListTemplates(r.Context())
+	if err != nil {
+		return err
+	}
+	if ts == nil {
+		ts = []torpor.Template{}
+	}
+	if err := s.countUse(r.Context(), p, ts); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, wire.TemplateList{Templates: ts})
+	return nil
+}
+
 // getTemplate returns one template.
 func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request, p principal) error {
 	t, err := s.tmpls.GetTemplate(r.Context(), r.PathValue("name"))
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, t)
+	one := []torpor.Template{*t}
+	if err := s.countUse(r.Context(), p, one); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, one[0])
+	return nil
+}
+
+// countUse sets the in_use of each template to the number of sandboxes
+// the caller may see that use it and are not terminated: an admin sees
+// every tenant's (the store's count stands), a tenant only its own, since
+// other tenants' sandboxes are none of its business, their number
+// included.
+func (s *Server) countUse(ctx context.Context, p principal, ts []torpor.Template) error {
+	if p.admin || len(ts) == 0 {
+		return nil
+	}
+	sbs, err := s.eng.List(ctx, p.tenant, torpor.SandboxFilter{})
+	if err != nil {
+		return err
+	}
+	use := map[string]int{}
+	for _, sb := range sbs {
+		use[sb.Template]++
+	}
+	for i := range ts {
+		ts[i].InUse = use[ts[i].Name]
+	}
 	return nil
 }
 

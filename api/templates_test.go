@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -117,6 +118,11 @@ func TestTemplateRoutesRefuseBadInput(t *testing.T) {
 		{"POST", "/v1/templates", f.adminKey, `{"name":"x","rootfs":"/a","image":"b"}`, 400, "rootfs"},
 		{"POST", "/v1/templates", f.adminKey, `{"name":"x","rootfs":"/nonexistent/dir"}`, 400, "rootfs"},
 		{"POST", "/v1/templates", f.adminKey, `{"name":"x","image":"::not a ref::"}`, 400, "image"},
+		{"POST", "/v1/templates", f.adminKey, `{"name":"x","image":"file:///etc/shadow"}`, 400, "image"},
+		{"POST", "/v1/templates", f.adminKey, `{"name":"x","image":"file:/etc/shadow"}`, 400, "image"},
+		{"POST", "/v1/templates", f.adminKey, `{"name":"x","image":"https://registry.example/app:1"}`, 400, "image"},
+		{"POST", "/v1/templates", f.adminKey, `{"name":"x","image":"registry.example:99999/app:1"}`, 400, "image"},
+		{"POST", "/v1/templates", f.adminKey, `{"name":"x","name":"y","rootfs":"/nonexistent"}`, 400, "name"},
 		{"POST", "/v1/templates", f.adminKey, `{"name":"x","oci_layout":"/nonexistent"}`, 400, "oci_layout"},
 		{"POST", "/v1/templates", f.adminKey, `{"name":"x","docker_archive":"/nonexistent.tar"}`, 400, "docker_archive"},
 		{"POST", "/v1/templates", f.adminKey, `{"name":"base","rootfs":"` + f.rootfs + `"}`, 409, ""},
@@ -208,5 +214,63 @@ func TestTemplateStreamRefusalIsAStatus(t *testing.T) {
 	_, err = f.admin.BuildTemplate(ctx, torpor.TemplateBuildRequest{Name: "x", Packages: []string{"Bad"}}, nil)
 	if !client.IsInvalid(err) {
 		t.Errorf("client build: %v", err)
+	}
+}
+
+// in_use counts the sandboxes the caller may see: a tenant its own, an
+// admin every tenant's.
+func TestTemplateInUseIsPerTenant(t *testing.T) {
+	f := newTmplFixture(t)
+	kc, err := f.admin.CreateKey(ctx, wire.KeyRequest{Tenant: "other"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, _ := client.New(f.url, kc.Key)
+	for _, cl := range []*client.Client{f.acme, other, other} {
+		if _, err := cl.Create(ctx, torpor.CreateRequest{Template: "base"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gone, err := f.acme.Create(ctx, torpor.CreateRequest{Template: "base"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.acme.Delete(ctx, gone.ID); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		who  string
+		cl   *client.Client
+		want int
+	}{
+		{"acme", f.acme, 1},
+		{"other", other, 2},
+		{"admin", f.admin, 3},
+	} {
+		ts, err := tc.cl.Templates(ctx)
+		if err != nil || len(ts) != 1 || ts[0].InUse != tc.want {
+			t.Errorf("%s lists %+v (%v), want base in use %d", tc.who, ts, err, tc.want)
+		}
+		tpl, err := tc.cl.Template(ctx, "base")
+		if err != nil || tpl.InUse != tc.want {
+			t.Errorf("%s gets base in use %+v (%v), want %d", tc.who, tpl, err, tc.want)
+		}
+	}
+}
+
+// A registry that cannot be reached is reported by the name the image
+// reference gives it, never by the addresses of the server's resolver or
+// of what it dialed.
+func TestTemplateRegistryErrorsShowNoAddresses(t *testing.T) {
+	f := newTmplFixture(t)
+	ip := regexp.MustCompile(`\d+\.\d+\.\d+\.\d+|\[[0-9a-fA-F:]+\]`)
+	for _, image := range []string{"nosuch.invalid/app:1", "registry.nosuch.invalid:5000/team/app:1"} {
+		resp, body := f.do(t, "POST", "/v1/templates", f.adminKey, `{"name":"x","image":"`+image+`"}`)
+		if resp.StatusCode != 400 && resp.StatusCode != 503 {
+			t.Errorf("%s: %d %s, want 400 or 503", image, resp.StatusCode, body)
+		}
+		if ip.MatchString(body) || !strings.Contains(body, image) {
+			t.Errorf("%s: %s shows an address, or does not name the image", image, body)
+		}
 	}
 }

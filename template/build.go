@@ -203,7 +203,7 @@ func (d Debootstrap) Build(ctx context.Context, req torpor.TemplateBuildRequest,
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		return buildFailure(err, tail)
+		return buildFailure(err, tail, mirror)
 	}
 	return trimRootFS(dir)
 }
@@ -263,9 +263,11 @@ func runLines(cmd *exec.Cmd, progress Progress) ([]string, error) {
 }
 
 // buildFailure explains a failed debootstrap: a suite or packages the
-// mirror does not have are the request's fault.
-func buildFailure(err error, tail []string) error {
-	out := strings.Join(tail, "\n")
+// mirror does not have are the request's fault. The addresses in its
+// output other than the mirror's own (the resolver, what the mirror's name
+// resolved to) are hidden.
+func buildFailure(err error, tail []string, mirror string) error {
+	out := hideAddrs(strings.Join(tail, "\n"), mirror)
 	param := "packages"
 	if strings.Contains(out, "release file") || strings.Contains(out, "Release") {
 		param = "debian"

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	goruntime "runtime"
+	"strconv"
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/authn"
@@ -45,15 +46,12 @@ func openImage(ctx context.Context, req torpor.TemplateImportRequest) (v1.Image,
 }
 
 // registryImage fetches the manifest of an image from its registry (for
-// this host's platform when the reference names an index).
+// this host's platform when the reference names an index). A failure to
+// reach the registry is returned as it is, for imageError to word.
 func registryImage(ctx context.Context, ref string, insecure bool) (v1.Image, error) {
-	var opts []name.Option
-	if insecure {
-		opts = append(opts, name.Insecure)
-	}
-	r, err := name.ParseReference(ref, opts...)
+	r, err := parseRef(ref, insecure)
 	if err != nil {
-		return nil, torpor.Invalid("image", "%q is not an image reference: %v", ref, err)
+		return nil, err
 	}
 	ropts := []remote.Option{
 		remote.WithContext(ctx),
@@ -65,22 +63,82 @@ func registryImage(ctx context.Context, ref string, insecure bool) (v1.Image, er
 		t.TLSClientConfig = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // asked for with insecure
 		ropts = append(ropts, remote.WithTransport(t))
 	}
-	img, err := remote.Image(r, ropts...)
-	if err != nil {
-		return nil, registryError(ctx, ref, err)
-	}
-	return img, nil
+	return remote.Image(r, ropts...)
 }
 
-// registryError turns a registry failure into an error a caller can act
-// on: the registry's refusals are the request's fault (400), an
-// unreachable registry is unavailable (503).
-func registryError(ctx context.Context, ref string, err error) error {
-	if ctx.Err() != nil {
-		return ctx.Err()
+// parseRef reads an image reference, [registry/]repository[:tag][@digest].
+// The parser takes "file:///etc/shadow" for a registry called "file:", so
+// a URL of any scheme and a registry that is not host[:port] are refused
+// here, before anything is looked up.
+func parseRef(ref string, insecure bool) (name.Reference, error) {
+	if strings.Contains(ref, "://") {
+		return nil, torpor.Invalid("image", "%q is a URL, not an image reference: give [registry/]repository[:tag], e.g. docker.io/library/alpine:3.20 (with insecure for a registry over plain HTTP)", ref)
+	}
+	var opts []name.Option
+	if insecure {
+		opts = append(opts, name.Insecure)
+	}
+	r, err := name.ParseReference(ref, opts...)
+	if err != nil {
+		return nil, torpor.Invalid("image", "%q is not an image reference: %v", ref, err)
+	}
+	if reg := r.Context().RegistryStr(); !validRegistry(reg) {
+		return nil, torpor.Invalid("image", "%q is not an image reference: its registry %q is not a host name or address with an optional port", ref, reg)
+	}
+	return r, nil
+}
+
+// validRegistry reports whether reg is host[:port]: a host name (an IPv4
+// address is one), or an IPv6 address in brackets, and a port from 1 to
+// 65535.
+func validRegistry(reg string) bool {
+	host := reg
+	if i := strings.LastIndex(reg, ":"); i >= 0 && !strings.HasSuffix(reg, "]") {
+		port := reg[i+1:]
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 || strconv.Itoa(n) != port {
+			return false
+		}
+		host = reg[:i]
+	}
+	if addr, ok := strings.CutPrefix(host, "["); ok {
+		addr, ok = strings.CutSuffix(addr, "]")
+		return ok && strings.Contains(addr, ":") && net.ParseIP(addr) != nil
+	}
+	if host == "" || len(host) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(host, ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for _, c := range label {
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// registryError turns a failure to read an image from its registry into
+// an error a caller can act on: the registry's refusals and a host that
+// does not exist are the request's fault (400), an unreachable registry is
+// unavailable (503). What the network says is not passed on: its errors
+// name the server's resolver and the addresses it dialed, which are the
+// server's own business (imageError logs them). The message names the
+// registry only as the reference does.
+func registryError(ref string, err error) error {
+	reg := ref
+	if r, perr := name.ParseReference(ref, name.Insecure); perr == nil {
+		reg = r.Context().RegistryStr()
 	}
 	var te *transport.Error
-	if errors.As(err, &te) {
+	var dnsErr *net.DNSError
+	var certErr *tls.CertificateVerificationError
+	var ne net.Error
+	var ue *url.Error
+	switch {
+	case errors.As(err, &te):
 		switch {
 		case te.StatusCode == http.StatusNotFound:
 			return torpor.Invalid("image", "%s: no such image in the registry", ref)
@@ -89,14 +147,19 @@ func registryError(ctx context.Context, ref string, err error) error {
 		case te.StatusCode >= 500:
 			return &torpor.Error{Code: torpor.EUnavailable, Message: fmt.Sprintf("%s: the registry failed (%d)", ref, te.StatusCode)}
 		}
-		return torpor.Invalid("image", "%s: the registry refused the request: %v", ref, te)
+		return torpor.Invalid("image", "%s: the registry refused the request: %s", ref, hideAddrs(te.Error(), ref))
+	case errors.As(err, &dnsErr) && dnsErr.IsNotFound:
+		return torpor.Invalid("image", "%s: the registry host %s does not exist", ref, reg)
+	case errors.As(err, &certErr):
+		return torpor.Invalid("image", "%s: the registry %s presented a TLS certificate this server does not trust (insecure skips the check)", ref, reg)
+	case errors.As(err, &ne) && ne.Timeout():
+		return &torpor.Error{Code: torpor.EUnavailable, Message: fmt.Sprintf("%s: the registry %s did not answer in time", ref, reg)}
+	case errors.As(err, &dnsErr):
+		return &torpor.Error{Code: torpor.EUnavailable, Message: fmt.Sprintf("%s: cannot look up the registry host %s", ref, reg)}
+	case errors.As(err, &ne) || errors.As(err, &ue):
+		return &torpor.Error{Code: torpor.EUnavailable, Message: fmt.Sprintf("%s: cannot reach the registry %s", ref, reg)}
 	}
-	var ne net.Error
-	var ue *url.Error
-	if errors.As(err, &ne) || errors.As(err, &ue) {
-		return &torpor.Error{Code: torpor.EUnavailable, Message: fmt.Sprintf("%s: cannot reach the registry: %v", ref, err)}
-	}
-	return torpor.Invalid("image", "%s: %v", ref, err)
+	return torpor.Invalid("image", "%s: %s", ref, hideAddrs(err.Error(), ref))
 }
 
 // layoutImage reads an image from an OCI image layout: the one image it

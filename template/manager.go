@@ -256,17 +256,17 @@ func (m *Manager) fromImage(ctx context.Context, req torpor.TemplateImportReques
 	progress("reading the image manifest")
 	img, src, err := openImage(ctx, req)
 	if err != nil {
-		return err
+		return m.imageError(ctx, req, err)
 	}
 	mk.source = src
 	digest, err := img.Digest()
 	if err != nil {
-		return imageError(ctx, req, err)
+		return m.imageError(ctx, req, err)
 	}
 	mk.digest = digest.String()
 	cfg, err := img.ConfigFile()
 	if err != nil {
-		return imageError(ctx, req, err)
+		return m.imageError(ctx, req, err)
 	}
 	if err := checkPlatform(cfg); err != nil {
 		return err
@@ -274,7 +274,7 @@ func (m *Manager) fromImage(ctx context.Context, req torpor.TemplateImportReques
 	mk.defaults = imageDefaults(cfg)
 	layers, err := img.Layers()
 	if err != nil {
-		return imageError(ctx, req, err)
+		return m.imageError(ctx, req, err)
 	}
 	if len(layers) > m.lim.MaxLayers {
 		return badLayer("the image has %d layers; at most %d are allowed", len(layers), m.lim.MaxLayers)
@@ -305,14 +305,14 @@ func (m *Manager) imageLayer(ctx context.Context, req torpor.TemplateImportReque
 	open := func() (io.ReadCloser, error) {
 		rc, err := l.Uncompressed()
 		if err != nil {
-			return nil, imageError(ctx, req, err)
+			return nil, m.imageError(ctx, req, err)
 		}
 		return newTicker(rc, func(n int64) { progress(fmt.Sprintf("%s: %s unpacked", what, humanBytes(n))) }), nil
 	}
 	lay, err := m.layers.ensure(ctx, diffID.String(), budget, open)
 	if err != nil {
 		if te := (*torpor.Error)(nil); !errors.As(err, &te) {
-			err = imageError(ctx, req, err)
+			err = m.imageError(ctx, req, err)
 		}
 		return err
 	}
@@ -322,8 +322,9 @@ func (m *Manager) imageLayer(ctx context.Context, req torpor.TemplateImportReque
 
 // imageError classifies a failure to read an image: a registry's answer
 // or the network for registry images, a bad file otherwise. Errors
-// already classified pass through.
-func imageError(ctx context.Context, req torpor.TemplateImportRequest, err error) error {
+// already classified pass through. What the registry or the network said
+// is logged whole, since the caller is shown only registryError's words.
+func (m *Manager) imageError(ctx context.Context, req torpor.TemplateImportRequest, err error) error {
 	var te *torpor.Error
 	if errors.As(err, &te) {
 		return err
@@ -332,7 +333,8 @@ func imageError(ctx context.Context, req torpor.TemplateImportRequest, err error
 		return ctx.Err()
 	}
 	if req.Image != "" {
-		return registryError(ctx, req.Image, err)
+		m.log.Warn("template: reading an image from its registry", "image", req.Image, "err", err)
+		return registryError(req.Image, err)
 	}
 	param := "oci_layout"
 	if req.DockerArchive != "" {
