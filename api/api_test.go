@@ -68,7 +68,7 @@ func newFixture(t testing.TB) *fixture {
 	if err := eng.Recover(ctx); err != nil {
 		t.Fatal(err)
 	}
-	srv := api.New(api.Config{Engine: eng, Auth: st, Templates: st, Webhooks: st})
+	srv := api.New(api.Config{Engine: eng, Auth: st, Templates: st, Webhooks: st, WebhookGuard: webhookGuard})
 	srv.SetReady()
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)

@@ -14,6 +14,7 @@ import (
 	"github.com/torpor-dev/torpor"
 	"github.com/torpor-dev/torpor/lifecycle"
 	"github.com/torpor-dev/torpor/template"
+	"github.com/torpor-dev/torpor/webhook"
 )
 
 // Config is what a Server needs.
@@ -36,6 +37,9 @@ type Config struct {
 	// is added or removed (the dispatcher refreshes its loops).
 	Webhooks        torpor.WebhookStore
 	WebhooksChanged func()
+	// WebhookGuard checks an endpoint's address before it is registered;
+	// nil: webhook.NewGuard(webhook.GuardConfig{}), the default rule.
+	WebhookGuard *webhook.Guard
 	// MaxUploadBytes bounds the body of a file or tar upload; 0: no limit.
 	MaxUploadBytes int64
 }
@@ -55,6 +59,8 @@ type Server struct {
 	hooks   torpor.WebhookStore
 	// hooksChanged is told when a webhook is added or removed.
 	hooksChanged func()
+	// hookGuard refuses endpoints on the host's own networks.
+	hookGuard *webhook.Guard
 	// maxUpload bounds file and tar uploads (0: no limit).
 	maxUpload int64
 	ready     atomic.Bool
@@ -141,6 +147,10 @@ func New(cfg Config) *Server {
 	s := &Server{requests: cfg.Requests, hooks: cfg.Webhooks, hooksChanged: cfg.WebhooksChanged, eng: cfg.Engine, auth: cfg.Auth, tmpls: cfg.Templates, clock: cfg.Clock, log: cfg.Logger, mux: http.NewServeMux()}
 	s.maxUpload = cfg.MaxUploadBytes
 	s.tmplMgr = cfg.TemplateManager
+	s.hookGuard = cfg.WebhookGuard
+	if s.hookGuard == nil {
+		s.hookGuard = webhook.NewGuard(webhook.GuardConfig{})
+	}
 	if s.clock == nil {
 		s.clock = torpor.SystemClock{}
 	}

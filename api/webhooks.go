@@ -25,7 +25,9 @@ func (s *Server) createWebhook(w http.ResponseWriter, r *http.Request, p princip
 	if err := decode(r, &req, false); err != nil {
 		return err
 	}
-	if err := torpor.ValidateWebhookURL(req.URL); err != nil {
+	// The address rule, on what the host resolves to now; the delivery
+	// client checks again what it dials.
+	if err := s.hookGuard.CheckURL(r.Context(), req.URL); err != nil {
 		return err
 	}
 	wh := torpor.Webhook{ID: torpor.NewID("wh_", 16), Tenant: p.tenant, URL: req.URL,

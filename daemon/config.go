@@ -73,6 +73,10 @@ type Config struct {
 	CPUActivityThreshold        float64 `toml:"cpu_activity_threshold"`
 	// MaxUploadMiB bounds one file or tar upload through the API (0: none).
 	MaxUploadMiB int64 `toml:"max_upload_mib"`
+	// WebhookAllowCIDRs lists the ranges webhooks may reach although
+	// they are the host's own networks (loopback, private, ...), which
+	// are refused otherwise (docs/webhooks.md).
+	WebhookAllowCIDRs stringList `toml:"webhook_allow_cidrs"`
 	// The pricing table of the usage ledger (docs/billing.md) and how
 	// often open intervals are settled into it.
 	PricingCurrency         string  `toml:"pricing_currency"`
@@ -133,6 +137,7 @@ func (c *Config) settings() []setting {
 		{"default_connection_idle_seconds", "connection_idle_seconds of a sandbox that sets none (0: off)", &c.DefaultConnectionIdle},
 		{"cpu_activity_threshold", "count a sandbox using at least this many CPUs on average as active (e.g. 0.1; 0: off)", &c.CPUActivityThreshold},
 		{"max_upload_mib", "largest file or tar archive one upload may send, in MiB (0: no limit)", &c.MaxUploadMiB},
+		{"webhook_allow_cidrs", "address ranges (CIDR, comma-separated) webhooks may reach although loopback, private, link-local or otherwise the host's own (empty: none)", (*string)(&c.WebhookAllowCIDRs)},
 		{"pricing_currency", "currency of the usage ledger's costs", &c.PricingCurrency},
 		{"pricing_vcpu_second", "price of one vCPU for a second (charged while running)", &c.PricingVCPUSecond},
 		{"pricing_memory_gib_second", "price of one GiB of memory for a second (running or frozen)", &c.PricingMemoryGiBSecond},
@@ -322,6 +327,9 @@ func (c Config) validate() error {
 	if _, err := c.nameservers(); err != nil {
 		return err
 	}
+	if _, err := c.webhookAllow(); err != nil {
+		return err
+	}
 	if _, err := proxy.ParsePorts(c.ProxyTCPPorts); err != nil {
 		return fmt.Errorf("proxy_tcp_ports: %w", err)
 	}
@@ -376,7 +384,7 @@ func (c Config) networkPrefix() (netip.Prefix, error) {
 // nameservers parses network_dns: at most network.MaxNameservers
 // addresses a sandbox can reach, separated by commas or spaces.
 func (c Config) nameservers() ([]netip.Addr, error) {
-	fields := strings.FieldsFunc(string(c.NetworkDNS), func(r rune) bool { return r == ',' || unicode.IsSpace(r) })
+	fields := c.NetworkDNS.fields()
 	if len(fields) > network.MaxNameservers {
 		return nil, fmt.Errorf("network_dns lists %d nameservers; a resolver uses at most %d", len(fields), network.MaxNameservers)
 	}
@@ -394,10 +402,29 @@ func (c Config) nameservers() ([]netip.Addr, error) {
 	return out, nil
 }
 
+// webhookAllow parses webhook_allow_cidrs: CIDR ranges separated by
+// commas or spaces.
+func (c Config) webhookAllow() ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, f := range c.WebhookAllowCIDRs.fields() {
+		p, err := netip.ParsePrefix(f)
+		if err != nil {
+			return nil, fmt.Errorf("webhook_allow_cidrs: %q is not a CIDR range such as 10.1.0.0/16 or fd00:1::/64", f)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
+}
+
 // stringList is a setting that lists values: a TOML array of strings, or
 // one string of values separated by commas (as in the environment and
 // flags).
 type stringList string
+
+// fields returns the values, separated by commas or spaces.
+func (l stringList) fields() []string {
+	return strings.FieldsFunc(string(l), func(r rune) bool { return r == ',' || unicode.IsSpace(r) })
+}
 
 // UnmarshalTOML takes a string or an array of strings.
 func (l *stringList) UnmarshalTOML(v any) error {

@@ -49,6 +49,10 @@ func TestConfigLayers(t *testing.T) {
 		{"nameservers as a TOML string", nil, []string{"--config", dnsString},
 			func(c Config) bool { return nameservers(c) == "[192.0.2.3]" }},
 		{"no nameservers: the host's", nil, nil, func(c Config) bool { return nameservers(c) == "[]" }},
+		{"webhook ranges from the environment", map[string]string{"TORPOR_WEBHOOK_ALLOW_CIDRS": "10.1.2.3/16, fd00::/8"}, nil, func(c Config) bool {
+			p, err := c.webhookAllow()
+			return err == nil && fmt.Sprint(p) == "[10.1.0.0/16 fd00::/8]"
+		}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -97,6 +101,7 @@ func TestConfigErrors(t *testing.T) {
 		{"IPv6 nameserver", nil, []string{"--network-dns", "2606:4700:4700::1111"}, "network_dns: 2606:4700:4700::1111 is an IPv6 address"},
 		{"too many nameservers", nil, []string{"--network-dns", "1.1.1.1,1.0.0.1,9.9.9.9,8.8.8.8"}, "network_dns lists 4 nameservers"},
 		{"nameservers not strings", nil, []string{"--config", badDNS}, "network_dns"},
+		{"webhook range not a CIDR", nil, []string{"--webhook-allow-cidrs", "127.0.0.1"}, "webhook_allow_cidrs: \"127.0.0.1\" is not a CIDR range"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

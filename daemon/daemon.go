@@ -132,14 +132,6 @@ func Run(ctx context.Context, cfg Config, opt Options) error {
 	defer eng.Close()
 	mets.AddSource(eng)
 
-	deliveries := webhook.New(webhook.Config{Store: st, Changed: eng.EventsChanged, Logger: log})
-	srv := api.New(api.Config{Engine: eng, Auth: st, Templates: st, TemplateManager: tmpls, Logger: log, MaxUploadBytes: cfg.MaxUploadMiB << 20, Webhooks: st,
-		Metrics: mets.Handler(), Requests: mets,
-		WebhooksChanged: func() {
-			if err := deliveries.Refresh(ctx); err != nil {
-				log.Error("refreshing webhooks", "err", err)
-			}
-		}})
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
@@ -154,6 +146,22 @@ func Run(ctx context.Context, cfg Config, opt Options) error {
 		}
 		proxyAddr = pln.Addr().String()
 	}
+	// Webhooks never reach the host's own networks, unless allowed, nor
+	// these listeners: hence made once they listen.
+	self := []net.Addr{ln.Addr()}
+	if pln != nil {
+		self = append(self, pln.Addr())
+	}
+	allow, _ := cfg.webhookAllow() // checked by LoadConfig
+	guard := webhook.NewGuard(webhook.GuardConfig{Allow: allow, Self: self})
+	deliveries := webhook.New(webhook.Config{Store: st, Changed: eng.EventsChanged, Logger: log, Guard: guard})
+	srv := api.New(api.Config{Engine: eng, Auth: st, Templates: st, TemplateManager: tmpls, Logger: log, MaxUploadBytes: cfg.MaxUploadMiB << 20, Webhooks: st,
+		Metrics: mets.Handler(), Requests: mets, WebhookGuard: guard,
+		WebhooksChanged: func() {
+			if err := deliveries.Refresh(ctx); err != nil {
+				log.Error("refreshing webhooks", "err", err)
+			}
+		}})
 	aliases, _ := e2btemplates.ParseAliases(cfg.E2BTemplates) // checked by LoadConfig
 	// A create waits for a template being built up to just under the
 	// SDKs' request timeout (60 s), then is told to retry.

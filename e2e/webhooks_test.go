@@ -4,6 +4,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -54,7 +56,17 @@ func TestWebhooksSurviveADaemonCrash(t *testing.T) {
 		return append([]string(nil), types...)
 	}
 	bin, dataDir := torporBin(t), t.TempDir()
+	// The receiver is on the loopback, which webhooks reach only when the
+	// administrator allows it.
+	if err := os.WriteFile(filepath.Join(dataDir, "torpor.toml"), []byte("webhook_allow_cidrs = [\"127.0.0.0/8\"]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	d := startDaemon(t, bin, dataDir)
+	for _, self := range []string{d.addr, d.proxy} {
+		if out, errs, code := d.cli("webhooks", "add", "http://"+self+"/v1/sandboxes"); code == 0 || !strings.Contains(errs, "url") {
+			t.Fatalf("an endpoint at the daemon's own %s, although the loopback is allowed: exit %d\n%s%s", self, code, out, errs)
+		}
+	}
 	out := d.ok("webhooks", "add", rcv.URL)
 	mu.Lock()
 	secret = strings.TrimSpace(strings.SplitN(out, "secret: ", 2)[1])
@@ -75,6 +87,23 @@ func TestWebhooksSurviveADaemonCrash(t *testing.T) {
 		if seqs[i] <= seqs[i-1] {
 			t.Fatalf("out of order: %v", seqs)
 		}
+	}
+}
+
+// TestWebhooksRefuseTheHostsOwnNetworks: by default the daemon registers
+// no endpoint on the loopback, a private or a link-local address.
+func TestWebhooksRefuseTheHostsOwnNetworks(t *testing.T) {
+	needs(t)
+	rcv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer rcv.Close()
+	d := startDaemon(t, torporBin(t), t.TempDir())
+	for _, url := range []string{rcv.URL, "http://localhost:22/", "http://[::1]/", "http://10.0.0.1/", "http://169.254.169.254/latest/meta-data/"} {
+		if out, errs, code := d.cli("webhooks", "add", url); code == 0 || !strings.Contains(errs, "url") {
+			t.Errorf("%s: exit %d\n%s%s", url, code, out, errs)
+		}
+	}
+	if hooks := d.ok("webhooks", "ls"); strings.Contains(hooks, "wh_") {
+		t.Fatalf("refused endpoints were registered:\n%s", hooks)
 	}
 }
 

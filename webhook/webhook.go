@@ -15,11 +15,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"strconv"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/torpor-dev/torpor"
@@ -46,9 +44,12 @@ type Config struct {
 	// engine's EventsChanged); the dispatcher also polls every second.
 	Changed func() <-chan struct{}
 	Logger  *slog.Logger
-	// Client sends deliveries; nil uses one that refuses link-local
-	// addresses and times out after 10 s.
+	// Client sends deliveries; nil uses one that dials only what Guard
+	// allows, follows no redirect and times out after 10 s.
 	Client *http.Client
+	// Guard decides which addresses the default Client may dial; nil:
+	// NewGuard(GuardConfig{}), which refuses the host's own networks.
+	Guard *Guard
 	// Backoff is the first wait after a failed delivery (default 1 s); it
 	// doubles up to MaxBackoff (default 5 minutes).
 	Backoff, MaxBackoff time.Duration
@@ -66,8 +67,11 @@ type Dispatcher struct {
 
 // New returns a dispatcher; Run starts it.
 func New(cfg Config) *Dispatcher {
+	if cfg.Guard == nil {
+		cfg.Guard = NewGuard(GuardConfig{})
+	}
 	if cfg.Client == nil {
-		cfg.Client = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: safeDialer().DialContext}}
+		cfg.Client = cfg.Guard.client()
 	}
 	if cfg.Backoff <= 0 {
 		cfg.Backoff = time.Second
@@ -84,21 +88,6 @@ func New(cfg Config) *Dispatcher {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Dispatcher{cfg: cfg, log: log, workers: map[string]context.CancelFunc{}}
-}
-
-// safeDialer refuses to connect to link-local and unspecified addresses,
-// whatever name resolved to them.
-func safeDialer() *net.Dialer {
-	return &net.Dialer{Timeout: 10 * time.Second, Control: func(network, address string, _ syscall.RawConn) error {
-		host, _, err := net.SplitHostPort(address)
-		if err != nil {
-			return err
-		}
-		if ip := net.ParseIP(host); ip != nil && (ip.IsLinkLocalUnicast() || ip.IsUnspecified() || ip.IsMulticast()) {
-			return fmt.Errorf("webhook: refusing to deliver to %s", ip)
-		}
-		return nil
-	}}
 }
 
 // Run starts a loop for every stored webhook and returns; the loops stop
