@@ -43,6 +43,9 @@ type Store struct {
 	read *sql.DB
 	// stmts are prepared on write.
 	stmts *writeStmts
+	// secrets seals webhook secrets with the key beside the database
+	// (webhook_secrets.go).
+	secrets *secretBox
 
 	closeOnce sync.Once
 	closeErr  error
@@ -91,6 +94,9 @@ func (s *Store) open(ctx context.Context) error {
 		return err
 	}
 	if s.stmts, err = prepareWrites(ctx, w); err != nil {
+		return err
+	}
+	if err := s.openWebhookSecrets(ctx); err != nil {
 		return err
 	}
 

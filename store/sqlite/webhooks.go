@@ -22,7 +22,8 @@ CREATE INDEX webhooks_by_tenant ON webhooks (tenant, created_at);
 `
 
 // CreateWebhook inserts w; its tenant must exist. Its cursor starts at the
-// newest stored event: a new endpoint gets what happens from then on.
+// newest stored event: a new endpoint gets what happens from then on. Its
+// secret is stored sealed (webhook_secrets.go).
 func (s *Store) CreateWebhook(ctx context.Context, w torpor.Webhook) error {
 	if w.ID == "" || w.Secret == "" {
 		return torpor.Invalid("id", "a webhook needs an id and a secret")
@@ -34,7 +35,7 @@ func (s *Store) CreateWebhook(ctx context.Context, w torpor.Webhook) error {
 		}
 		_, err := tx.ExecContext(ctx, `INSERT INTO webhooks (id, tenant, url, secret, created_at, cursor)
 			VALUES (?, ?, ?, ?, ?, (SELECT coalesce(max(seq), 0) FROM events))`,
-			w.ID, w.Tenant, w.URL, w.Secret, micros(w.CreatedAt))
+			w.ID, w.Tenant, w.URL, s.secrets.seal(w.ID, w.Secret), micros(w.CreatedAt))
 		if err != nil {
 			return wrap(err, fmt.Sprintf("webhook %q already exists", w.ID), op)
 		}
@@ -59,6 +60,9 @@ func (s *Store) ListWebhooks(ctx context.Context, tenant string) ([]torpor.Webho
 		)
 		if err := rows.Scan(&w.ID, &w.Tenant, &w.URL, &w.Secret, &created, &w.Cursor); err != nil {
 			return nil, wrap(err, "", "list webhooks")
+		}
+		if w.Secret, _, err = s.secrets.open(w.ID, w.Secret); err != nil {
+			return nil, fmt.Errorf("sqlite store: list webhooks: %w", err)
 		}
 		w.CreatedAt = fromMicros(created)
 		out = append(out, w)
