@@ -52,7 +52,22 @@ func newRoot(c *cli) *cobra.Command {
 		c.verbCmd("rm", []string{"delete"}, "Terminate a sandbox and remove its disk"),
 		c.eventsCmd(), c.usageCmd(), c.runtimesCmd(), c.templateCmd(), c.keysCmd(), c.tenantsCmd(), c.webhooksCmd(),
 	)
+	refuseUnknownSubcommands(root)
 	return root
+}
+
+// refuseUnknownSubcommands makes every group of verbs below the root
+// (files, keys, template...) refuse a verb it does not have, as the root
+// does, instead of printing its help and exiting 0: cobra runs a group's
+// help for any argument. Without arguments a group still prints its help.
+func refuseUnknownSubcommands(root *cobra.Command) {
+	for _, cmd := range root.Commands() {
+		if cmd.HasSubCommands() && !cmd.Runnable() {
+			cmd.Args = cobra.NoArgs
+			cmd.RunE = func(cmd *cobra.Command, args []string) error { return cmd.Help() }
+		}
+		refuseUnknownSubcommands(cmd)
+	}
 }
 
 // client builds the API client from flags, environment and local defaults.
