@@ -13,6 +13,9 @@ var _ torpor.CodeRunner = (*Runtime)(nil)
 // it ran before (so context is new after a reboot): each line "print X"
 // prints X, "raise NAME" raises NAME, and "exit N" sets the exit code.
 func (r *Runtime) RunCode(ctx context.Context, ref torpor.InstanceRef, req torpor.CodeRequest) (torpor.CodeResult, error) {
+	if err := checkID(ref.SandboxID); err != nil {
+		return torpor.CodeResult{}, err
+	}
 	if err := torpor.ValidateCode(req); err != nil {
 		return torpor.CodeResult{}, err
 	}

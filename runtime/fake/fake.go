@@ -129,6 +129,16 @@ func (h *Host) Spec(id string) torpor.BootSpec {
 	return torpor.BootSpec{}
 }
 
+// checkID refuses an invalid sandbox id before it reaches the host's
+// maps, as the real runtimes refuse one before it reaches a path: every
+// call that takes a sandbox id answers invalid_argument for it.
+func checkID(id string) error {
+	if !torpor.ValidID(id) {
+		return torpor.Invalid("sandbox_id", "invalid sandbox id %q", id)
+	}
+	return nil
+}
+
 func (h *Host) takeFail(op string) error {
 	err := h.fail[op]
 	delete(h.fail, op)
@@ -137,6 +147,9 @@ func (h *Host) takeFail(op string) error {
 
 // DialContext connects through Host.DialFunc to a running instance.
 func (r *Runtime) DialContext(ctx context.Context, ref torpor.InstanceRef, network, addr string) (net.Conn, error) {
+	if err := checkID(ref.SandboxID); err != nil {
+		return nil, err
+	}
 	r.h.mu.Lock()
 	in, err := r.live(ref.SandboxID)
 	if err == nil && in.state == torpor.InstanceFrozen {
@@ -174,6 +187,9 @@ func (h *Host) SetResourceUsage(id string, u torpor.ResourceUsage) {
 // ResourceUsage reports a live instance's CPU time and the figures given
 // by SetResourceUsage (none known when never set).
 func (r *Runtime) ResourceUsage(ctx context.Context, ref torpor.InstanceRef) (torpor.ResourceUsage, error) {
+	if err := checkID(ref.SandboxID); err != nil {
+		return torpor.ResourceUsage{}, err
+	}
 	r.h.mu.Lock()
 	defer r.h.mu.Unlock()
 	if _, err := r.live(ref.SandboxID); err != nil {
@@ -187,6 +203,9 @@ func (r *Runtime) ResourceUsage(ctx context.Context, ref torpor.InstanceRef) (to
 
 // CPUUsage returns the CPU time a sandbox has used (see AddCPU).
 func (r *Runtime) CPUUsage(ctx context.Context, ref torpor.InstanceRef) (time.Duration, error) {
+	if err := checkID(ref.SandboxID); err != nil {
+		return 0, err
+	}
 	r.h.mu.Lock()
 	defer r.h.mu.Unlock()
 	if _, err := r.live(ref.SandboxID); err != nil {
@@ -203,14 +222,23 @@ func (r *Runtime) PauseModes() []torpor.PauseMode {
 	return []torpor.PauseMode{torpor.PauseFreeze, torpor.PauseSnapshot}
 }
 
-// Snapshot ends the instance and keeps it, to be restored.
+// Snapshot ends the instance and keeps it, to be restored. Snapshotting
+// a snapshotted sandbox returns the snapshot, as the vm runtime does.
 func (r *Runtime) Snapshot(ctx context.Context, ref torpor.InstanceRef) (torpor.SnapshotInfo, error) {
+	if err := checkID(ref.SandboxID); err != nil {
+		return torpor.SnapshotInfo{}, err
+	}
 	r.h.mu.Lock()
 	defer r.h.mu.Unlock()
 	if err := r.h.takeFail("snapshot"); err != nil {
 		return torpor.SnapshotInfo{}, err
 	}
-	in, err := r.live(ref.SandboxID)
+	if in := r.h.snapshots[ref.SandboxID]; in != nil {
+		if _, ok := r.h.instances[ref.SandboxID]; !ok {
+			return snapshotInfo(ref.SandboxID, in), nil
+		}
+	}
+	in, err := r.liveFor("snapshot", ref.SandboxID)
 	if err != nil {
 		return torpor.SnapshotInfo{}, err
 	}
@@ -218,15 +246,29 @@ func (r *Runtime) Snapshot(ctx context.Context, ref torpor.InstanceRef) (torpor.
 	delete(r.h.instances, ref.SandboxID)
 	in.state = torpor.InstanceRunning
 	r.h.snapshots[ref.SandboxID] = in
-	return torpor.SnapshotInfo{Path: "fake:" + ref.SandboxID + "/snapshot", SizeBytes: in.spec.Resources.MemoryMiB << 19}, nil
+	return snapshotInfo(ref.SandboxID, in), nil
 }
 
-// Restore brings a snapshotted instance back.
+func snapshotInfo(id string, in *instance) torpor.SnapshotInfo {
+	return torpor.SnapshotInfo{Path: "fake:" + id + "/snapshot", SizeBytes: in.spec.Resources.MemoryMiB << 19}
+}
+
+// handle is the handle of the sandbox's latest boot or restore.
+func (h *Host) handle(id string) string { return fmt.Sprintf("fake:%s:%d", id, h.boots[id]) }
+
+// Restore brings a snapshotted instance back. Restoring a sandbox whose
+// instance runs (or is frozen) returns its handle, as the vm runtime does.
 func (r *Runtime) Restore(ctx context.Context, ref torpor.InstanceRef) (string, error) {
+	if err := checkID(ref.SandboxID); err != nil {
+		return "", err
+	}
 	r.h.mu.Lock()
 	defer r.h.mu.Unlock()
 	if err := r.h.takeFail("restore"); err != nil {
 		return "", err
+	}
+	if cur, ok := r.h.instances[ref.SandboxID]; ok && cur.state != torpor.InstanceStopped {
+		return r.h.handle(ref.SandboxID), nil
 	}
 	in, ok := r.h.snapshots[ref.SandboxID]
 	if !ok || in == nil {
@@ -237,7 +279,7 @@ func (r *Runtime) Restore(ctx context.Context, ref torpor.InstanceRef) (string, 
 	in.done = make(chan struct{})
 	r.h.instances[ref.SandboxID] = in
 	r.h.boots[ref.SandboxID]++ // a new handle
-	return fmt.Sprintf("fake:%s:%d", ref.SandboxID, r.h.boots[ref.SandboxID]), nil
+	return r.h.handle(ref.SandboxID), nil
 }
 
 // CorruptSnapshot makes the snapshot of id impossible to restore.
@@ -257,10 +299,11 @@ func (h *Host) HasSnapshot(id string) bool {
 	return ok
 }
 
-// Boot starts a fresh instance.
+// Boot starts a fresh instance. It refuses a spec the real runtimes
+// refuse (torpor.BootSpec.Validate) before it touches any instance.
 func (r *Runtime) Boot(ctx context.Context, spec torpor.BootSpec) (string, error) {
-	if !torpor.ValidID(spec.SandboxID) {
-		return "", torpor.Invalid("id", "bad sandbox id")
+	if err := spec.Validate(); err != nil {
+		return "", err
 	}
 	if hook := r.h.BootHook; hook != nil {
 		if err := hook(ctx, spec); err != nil {
@@ -278,7 +321,7 @@ func (r *Runtime) Boot(ctx context.Context, spec torpor.BootSpec) (string, error
 		return "", err
 	}
 	r.h.instances[spec.SandboxID] = &instance{state: torpor.InstanceRunning, done: make(chan struct{}), spec: spec}
-	return fmt.Sprintf("fake:%s:%d", spec.SandboxID, r.h.boots[spec.SandboxID]), nil
+	return r.h.handle(spec.SandboxID), nil
 }
 
 func closed() chan struct{} {
@@ -295,8 +338,26 @@ func (r *Runtime) live(id string) (*instance, error) {
 	return in, nil
 }
 
+// liveFor refuses verb, which needs a live instance, as the real runtimes
+// do: not_found when the sandbox has no instance, a conflict when its
+// instance has stopped.
+func (r *Runtime) liveFor(verb, id string) (*instance, error) {
+	in, ok := r.h.instances[id]
+	switch {
+	case !ok:
+		return nil, torpor.Errorf(torpor.ENotFound, "cannot %s: sandbox %s has no instance", verb, id)
+	case in.state == torpor.InstanceStopped:
+		return nil, &torpor.Error{Code: torpor.EConflict, Reason: "state",
+			Message: fmt.Sprintf("cannot %s: the instance of sandbox %s has stopped", verb, id)}
+	}
+	return in, nil
+}
+
 // Freeze marks the instance frozen.
 func (r *Runtime) Freeze(ctx context.Context, ref torpor.InstanceRef) error {
+	if err := checkID(ref.SandboxID); err != nil {
+		return err
+	}
 	if hook := r.h.FreezeHook; hook != nil {
 		if err := hook(ctx, ref.SandboxID); err != nil {
 			return err
@@ -311,12 +372,15 @@ func (r *Runtime) Thaw(ctx context.Context, ref torpor.InstanceRef) error {
 }
 
 func (r *Runtime) setFrozen(id, op string, to torpor.InstanceState) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
 	r.h.mu.Lock()
 	defer r.h.mu.Unlock()
 	if err := r.h.takeFail(op); err != nil {
 		return err
 	}
-	in, err := r.live(id)
+	in, err := r.liveFor(op, id)
 	if err != nil {
 		return err
 	}
@@ -326,6 +390,9 @@ func (r *Runtime) setFrozen(id, op string, to torpor.InstanceState) error {
 
 // Stop ends the instance; the disk stays.
 func (r *Runtime) Stop(ctx context.Context, ref torpor.InstanceRef) error {
+	if err := checkID(ref.SandboxID); err != nil {
+		return err
+	}
 	r.h.mu.Lock()
 	defer r.h.mu.Unlock()
 	if err := r.h.takeFail("stop"); err != nil {
@@ -347,6 +414,9 @@ func (r *Runtime) stopLocked(id string) {
 
 // Destroy ends the instance and removes the disk.
 func (r *Runtime) Destroy(ctx context.Context, ref torpor.InstanceRef) error {
+	if err := checkID(ref.SandboxID); err != nil {
+		return err
+	}
 	r.h.mu.Lock()
 	defer r.h.mu.Unlock()
 	if err := r.h.takeFail("destroy"); err != nil {
@@ -359,6 +429,9 @@ func (r *Runtime) Destroy(ctx context.Context, ref torpor.InstanceRef) error {
 
 // Inspect reports the instance's state.
 func (r *Runtime) Inspect(ctx context.Context, ref torpor.InstanceRef) (torpor.InstanceStatus, error) {
+	if err := checkID(ref.SandboxID); err != nil {
+		return torpor.InstanceStatus{}, err
+	}
 	r.h.mu.Lock()
 	defer r.h.mu.Unlock()
 	return r.statusLocked(ref.SandboxID), nil
@@ -374,6 +447,9 @@ func (r *Runtime) statusLocked(id string) torpor.InstanceStatus {
 
 // Wait blocks until the instance stops.
 func (r *Runtime) Wait(ctx context.Context, ref torpor.InstanceRef) (torpor.InstanceStatus, error) {
+	if err := checkID(ref.SandboxID); err != nil {
+		return torpor.InstanceStatus{}, err
+	}
 	r.h.mu.Lock()
 	in, ok := r.h.instances[ref.SandboxID]
 	r.h.mu.Unlock()
@@ -399,12 +475,15 @@ func (r *Runtime) Wait(ctx context.Context, ref torpor.InstanceRef) (torpor.Inst
 
 // Exec answers through Host.ExecFunc.
 func (r *Runtime) Exec(ctx context.Context, ref torpor.InstanceRef, req torpor.ExecRequest) (torpor.ExecResult, error) {
+	if err := checkID(ref.SandboxID); err != nil {
+		return torpor.ExecResult{}, err
+	}
 	r.h.mu.Lock()
 	if err := r.h.takeFail("exec"); err != nil {
 		r.h.mu.Unlock()
 		return torpor.ExecResult{}, err
 	}
-	in, err := r.live(ref.SandboxID)
+	in, err := r.liveFor("exec", ref.SandboxID)
 	if err == nil && in.state == torpor.InstanceFrozen {
 		err = torpor.Errorf(torpor.EConflict, "sandbox %s is frozen", ref.SandboxID)
 	}

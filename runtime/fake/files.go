@@ -16,8 +16,8 @@ var _ torpor.FileRoot = (*Runtime)(nil)
 // whose root is unmounted answers. Without a FilesDir the fake gives no
 // access to files.
 func (r *Runtime) RootFS(ctx context.Context, ref torpor.InstanceRef) (string, error) {
-	if !torpor.ValidID(ref.SandboxID) {
-		return "", torpor.Invalid("id", "bad sandbox id")
+	if err := checkID(ref.SandboxID); err != nil {
+		return "", err
 	}
 	r.h.mu.Lock()
 	defer r.h.mu.Unlock()

@@ -29,6 +29,9 @@ func (p *fakeProc) notify() {
 var fakeSignals = map[string]int{"HUP": 1, "INT": 2, "KILL": 9, "TERM": 15}
 
 func (r *Runtime) procInstance(id string) (*instance, error) {
+	if err := checkID(id); err != nil {
+		return nil, err
+	}
 	if err := r.h.takeFail("process"); err != nil {
 		return nil, err
 	}

@@ -16,6 +16,9 @@ import (
 )
 
 // Harness says how to make the runtime under test and what it can do.
+// The optional capabilities (torpor.Snapshotter, for one) need no field:
+// the suite tests those the runtime implements, found by a type assertion
+// as the engine finds them.
 type Harness struct {
 	// New returns a runtime. Every call returns a new object over the same
 	// state (directory, host resources), as a restarted daemon would make:
@@ -31,6 +34,12 @@ type Harness struct {
 	// Network says sandboxes get an eth0 on the host's sandbox network
 	// besides their loopback (else: the loopback only).
 	Network bool
+	// Exit, for a runtime that does not run processes, ends a sandbox's
+	// instance as its entrypoint exiting with code would, so that the
+	// suite can test a stopped instance without one. A runtime that runs
+	// processes leaves it nil: the suite then boots an entrypoint that
+	// exits.
+	Exit func(t *testing.T, ref torpor.InstanceRef, code int)
 }
 
 // safety bounds every test so that a hung runtime fails instead of
@@ -51,12 +60,15 @@ type testCase struct {
 var cases = []testCase{
 	{"KindAndPauseModes", false, testKind},
 	{"BadIDIsRefused", false, testBadID},
+	{"BadBootSpecIsRefused", false, testBadSpec},
 	{"MissingInstance", false, testMissing},
 	{"BootThenInspectRunning", false, testBootInspect},
 	{"FreezeAndThawAreIdempotent", false, testFreezeIdempotent},
 	{"StopAndDestroyAreIdempotent", false, testStopDestroyIdempotent},
 	{"DestroyRemovesSandboxAndDisk", false, testDestroy},
 	{"FreshRuntimeSeesInstance", false, testReattachState},
+	{"StoppedInstanceRefusesVerbs", false, testStopped},
+	{"Snapshot/EndsAndRestoresInstance", false, testSnapshot},
 	{"Exec/OutputAndExitCode", true, testExecOutput},
 	{"Exec/EnvAndCwd", true, testExecEnvCwd},
 	{"Exec/Stdin", true, testExecStdin},
@@ -208,6 +220,23 @@ func count(list []string, name string) int {
 	return n
 }
 
+// liveVerbs returns, by name, the calls on ref that need a live instance:
+// Freeze, Thaw, Exec, and Snapshot where the runtime has that capability.
+func (s *suite) liveVerbs(ctx context.Context, ref torpor.InstanceRef) map[string]func() error {
+	calls := map[string]func() error{
+		"Freeze": func() error { return s.rt.Freeze(ctx, ref) },
+		"Thaw":   func() error { return s.rt.Thaw(ctx, ref) },
+		"Exec": func() error {
+			_, err := s.rt.Exec(ctx, ref, torpor.ExecRequest{Cmd: []string{"true"}})
+			return err
+		},
+	}
+	if sn, ok := s.rt.(torpor.Snapshotter); ok {
+		calls["Snapshot"] = func() error { _, err := sn.Snapshot(ctx, ref); return err }
+	}
+	return calls
+}
+
 func testKind(t *testing.T, s *suite) {
 	if s.rt.Kind() == "" {
 		t.Error("Kind is empty")
@@ -227,20 +256,51 @@ func testBadID(t *testing.T, s *suite) {
 		}
 	}
 	ref := torpor.InstanceRef{SandboxID: "../escape"}
-	for name, call := range map[string]func() error{
-		"Inspect": func() error { _, err := s.rt.Inspect(ctx, ref); return err },
-		"Freeze":  func() error { return s.rt.Freeze(ctx, ref) },
-		"Thaw":    func() error { return s.rt.Thaw(ctx, ref) },
-		"Stop":    func() error { return s.rt.Stop(ctx, ref) },
-		"Destroy": func() error { return s.rt.Destroy(ctx, ref) },
-		"Exec": func() error {
-			_, err := s.rt.Exec(ctx, ref, torpor.ExecRequest{Cmd: []string{"true"}})
-			return err
-		},
-	} {
+	calls := s.liveVerbs(ctx, ref)
+	calls["Inspect"] = func() error { _, err := s.rt.Inspect(ctx, ref); return err }
+	calls["Stop"] = func() error { return s.rt.Stop(ctx, ref) }
+	calls["Destroy"] = func() error { return s.rt.Destroy(ctx, ref) }
+	if sn, ok := s.rt.(torpor.Snapshotter); ok {
+		calls["Restore"] = func() error { _, err := sn.Restore(ctx, ref); return err }
+	}
+	for name, call := range calls {
 		if err := call(); !torpor.IsCode(err, torpor.EInvalid) {
 			t.Errorf("%s with a bad id: err = %v, want invalid_argument", name, err)
 		}
+	}
+}
+
+// testBadSpec: a spec that torpor.BootSpec.Validate refuses is refused
+// before it touches the sandbox: a new one gets no disk, a running one
+// keeps its instance.
+func testBadSpec(t *testing.T, s *suite) {
+	ctx := testCtx(t)
+	running := s.spec()
+	ref := s.boot(t, running)
+	for name, mod := range map[string]func(*torpor.BootSpec){
+		"bad hostname":          func(sp *torpor.BootSpec) { sp.Hostname = "-bad host" },
+		"env name with =":       func(sp *torpor.BootSpec) { sp.Env = map[string]string{"A=B": "c"} },
+		"setup with NUL":        func(sp *torpor.BootSpec) { sp.Setup = []string{"true\x00"} },
+		"empty entrypoint name": func(sp *torpor.BootSpec) { sp.Entrypoint = []string{""} },
+		"negative resources":    func(sp *torpor.BootSpec) { sp.Resources.Pids = -1 },
+		"too little memory":     func(sp *torpor.BootSpec) { sp.Resources.MemoryMiB = 4 },
+	} {
+		fresh := s.spec()
+		mod(&fresh)
+		freshRef := torpor.InstanceRef{SandboxID: fresh.SandboxID}
+		t.Cleanup(func() { _ = s.rt.Destroy(context.Background(), freshRef) })
+		if _, err := s.rt.Boot(ctx, fresh); !torpor.IsCode(err, torpor.EInvalid) {
+			t.Errorf("Boot with %s: err = %v, want invalid_argument", name, err)
+		}
+		if st := s.inspect(t, s.rt, freshRef); st.State != torpor.InstanceMissing || st.DiskExists {
+			t.Errorf("after Boot with %s: %+v, want missing without disk", name, st)
+		}
+		over := running
+		mod(&over)
+		if _, err := s.rt.Boot(ctx, over); !torpor.IsCode(err, torpor.EInvalid) {
+			t.Errorf("Boot over a running instance with %s: err = %v, want invalid_argument", name, err)
+		}
+		s.wantState(t, s.rt, ref, torpor.InstanceRunning)
 	}
 }
 
@@ -366,6 +426,144 @@ func testReattachState(t *testing.T, s *suite) {
 	if st := s.inspect(t, s.rt, ref); st.State == torpor.InstanceRunning || st.State == torpor.InstanceFrozen {
 		t.Errorf("after Stop from a fresh runtime: %s", st.State)
 	}
+}
+
+// testStopped: an instance whose entrypoint exited is stopped, with the
+// exit as its failure, for Wait and Inspect alike; the verbs that need a
+// live instance answer a conflict (not not_found: there is an instance),
+// and Stop and Destroy still work.
+func testStopped(t *testing.T, s *suite) {
+	if !s.h.Processes && s.h.Exit == nil {
+		t.Skip("the runtime runs no processes and the harness has no Exit")
+	}
+	ctx := testCtx(t)
+	spec := s.spec()
+	if s.h.Processes {
+		spec.Entrypoint = []string{"/bin/sh", "-c", "sleep 0.2; exit 7"}
+	}
+	ref := s.boot(t, spec)
+	if !s.h.Processes {
+		s.h.Exit(t, ref, 7)
+	}
+	st, err := s.rt.Wait(ctx, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(what string, st torpor.InstanceStatus) {
+		t.Helper()
+		f := st.Failure
+		if st.State != torpor.InstanceStopped || !st.DiskExists || f == nil || f.Code != torpor.FailureEntrypoint || f.ExitCode == nil || *f.ExitCode != 7 {
+			t.Errorf("%s: %+v (failure %+v), want stopped with a disk, entrypoint_exited and exit code 7", what, st, f)
+		}
+	}
+	check("Wait", st)
+	check("Inspect", s.inspect(t, s.rt, ref))
+	check("Inspect from a fresh runtime", s.inspect(t, s.h.New(t), ref))
+	for name, call := range s.liveVerbs(ctx, ref) {
+		wantCode(t, name+" of a stopped instance", call(), torpor.EConflict)
+	}
+	if err := s.rt.Stop(ctx, ref); err != nil {
+		t.Fatalf("Stop of a stopped instance: %v", err)
+	}
+	if st := s.inspect(t, s.rt, ref); st.State == torpor.InstanceRunning || st.State == torpor.InstanceFrozen || !st.DiskExists {
+		t.Errorf("after Stop: %+v, want no live instance and a disk", st)
+	}
+}
+
+// wantSnapshotFailure checks that err is a *torpor.Error with Reason
+// torpor.FailureSnapshot.
+func wantSnapshotFailure(t *testing.T, what string, err error) {
+	t.Helper()
+	var te *torpor.Error
+	if !errors.As(err, &te) || te.Reason != torpor.FailureSnapshot {
+		t.Errorf("%s: err = %v, want a *torpor.Error with reason %s", what, err, torpor.FailureSnapshot)
+	}
+}
+
+// testSnapshot runs a runtime with the snapshot pause (torpor.Snapshotter)
+// through the snapshot's state machine: a snapshot ends the instance and
+// keeps the disk, is idempotent, is restored by a fresh runtime (from a
+// running or a frozen instance); Stop and Destroy drop it.
+func testSnapshot(t *testing.T, s *suite) {
+	sn, ok := s.rt.(torpor.Snapshotter)
+	if !ok {
+		t.Skip("the runtime has no snapshot pause")
+	}
+	ctx := testCtx(t)
+	spec := s.spec()
+	_, err := sn.Restore(ctx, torpor.InstanceRef{SandboxID: s.spec().SandboxID})
+	wantSnapshotFailure(t, "Restore of a sandbox never booted", err)
+	ref := s.boot(t, spec)
+	if h, err := sn.Restore(ctx, ref); err != nil || h != ref.Handle {
+		t.Errorf("Restore of a running instance: %q, %v; want its handle %q", h, err, ref.Handle)
+	}
+
+	info, err := sn.Snapshot(ctx, ref)
+	if err != nil {
+		t.Fatalf("Snapshot: %v", err)
+	}
+	if info.Path == "" || info.SizeBytes <= 0 {
+		t.Errorf("snapshot info %+v, want a path and a size", info)
+	}
+	if st := s.inspect(t, s.rt, ref); st.State != torpor.InstanceMissing || !st.DiskExists {
+		t.Fatalf("after Snapshot: %+v, want missing with a disk", st)
+	}
+	_, err = s.rt.Exec(ctx, ref, torpor.ExecRequest{Cmd: []string{"true"}})
+	wantCode(t, "Exec in a snapshotted sandbox", err, torpor.ENotFound)
+	wantCode(t, "Freeze of a snapshotted sandbox", s.rt.Freeze(ctx, ref), torpor.ENotFound)
+	if again, err := sn.Snapshot(ctx, ref); err != nil || again.Path != info.Path {
+		t.Errorf("Snapshot of a snapshotted sandbox: %+v, %v; want the snapshot %s", again, err, info.Path)
+	}
+
+	// A fresh runtime restores it, as after a daemon restart.
+	fresh, ok := s.h.New(t).(torpor.Snapshotter)
+	if !ok {
+		t.Fatal("a fresh runtime has no snapshot pause")
+	}
+	if ref.Handle, err = fresh.Restore(ctx, ref); err != nil {
+		t.Fatalf("Restore from a fresh runtime: %v", err)
+	}
+	s.wantState(t, s.rt, ref, torpor.InstanceRunning)
+
+	// A frozen instance snapshots too, and comes back running.
+	if err := s.rt.Freeze(ctx, ref); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sn.Snapshot(ctx, ref); err != nil {
+		t.Fatalf("Snapshot of a frozen instance: %v", err)
+	}
+	if ref.Handle, err = sn.Restore(ctx, ref); err != nil {
+		t.Fatalf("Restore of a frozen instance's snapshot: %v", err)
+	}
+	s.wantState(t, s.rt, ref, torpor.InstanceRunning)
+
+	// Stop drops the snapshot and keeps the disk, which boots afresh.
+	if _, err := sn.Snapshot(ctx, ref); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.rt.Stop(ctx, ref); err != nil {
+		t.Fatalf("Stop of a snapshotted sandbox: %v", err)
+	}
+	_, err = sn.Restore(ctx, ref)
+	wantSnapshotFailure(t, "Restore after Stop", err)
+	if st := s.inspect(t, s.rt, ref); st.State == torpor.InstanceRunning || st.State == torpor.InstanceFrozen || !st.DiskExists {
+		t.Errorf("after a failed Restore: %+v, want no live instance and a disk", st)
+	}
+	ref = s.boot(t, spec)
+	s.wantState(t, s.rt, ref, torpor.InstanceRunning)
+
+	// Destroy drops snapshot and disk.
+	if _, err := sn.Snapshot(ctx, ref); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.rt.Destroy(ctx, ref); err != nil {
+		t.Fatalf("Destroy of a snapshotted sandbox: %v", err)
+	}
+	if st := s.inspect(t, s.rt, ref); st.State != torpor.InstanceMissing || st.DiskExists {
+		t.Errorf("after Destroy: %+v, want missing without disk", st)
+	}
+	_, err = sn.Restore(ctx, ref)
+	wantSnapshotFailure(t, "Restore after Destroy", err)
 }
 
 func testExecOutput(t *testing.T, s *suite) {
