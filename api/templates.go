@@ -40,26 +40,13 @@ func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request, p principal
 }
 
 // countUse sets the in_use of each template to the number of sandboxes
-// the caller may see that use it and are not terminated: an admin sees
-// every tenant's (the store's count stands), a tenant only its own, since
-// other tenants' sandboxes are none of its business, their number
-// included.
+// the caller may see that use it (lifecycle.Engine.CountTemplateUse): an
+// admin sees every tenant's, a tenant only its own.
 func (s *Server) countUse(ctx context.Context, p principal, ts []torpor.Template) error {
-	if p.admin || len(ts) == 0 {
+	if p.admin {
 		return nil
 	}
-	sbs, err := s.eng.List(ctx, p.tenant, torpor.SandboxFilter{})
-	if err != nil {
-		return err
-	}
-	use := map[string]int{}
-	for _, sb := range sbs {
-		use[sb.Template]++
-	}
-	for i := range ts {
-		ts[i].InUse = use[ts[i].Name]
-	}
-	return nil
+	return s.eng.CountTemplateUse(ctx, p.tenant, ts)
 }
 
 // deleteTemplate removes a template that no live sandbox uses (409

@@ -708,6 +708,26 @@ func TestTemplates(t *testing.T) {
 	if len(ts) != 3 || !found {
 		t.Fatalf("templates %+v", ts)
 	}
+
+	// spawnCount is the caller's own sandboxes only.
+	f.create(`{"templateID":"base"}`)
+	spawns := func(key string) int {
+		var ts []struct {
+			TemplateID string `json:"templateID"`
+			SpawnCount int    `json:"spawnCount"`
+		}
+		f.do("GET", "/templates", key, "").decode(t, &ts)
+		for _, tm := range ts {
+			if tm.TemplateID == "e2b-base" {
+				return tm.SpawnCount
+			}
+		}
+		t.Fatalf("no e2b-base template in %+v", ts)
+		return 0
+	}
+	if a, o := spawns(f.acme), spawns(f.other); a != 1 || o != 0 {
+		t.Fatalf("spawnCount: acme sees %d, other sees %d; want 1 and 0", a, o)
+	}
 }
 
 func TestRefusalsTheSDKRetries(t *testing.T) {

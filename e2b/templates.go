@@ -9,9 +9,14 @@ import (
 
 // templates answers GET /templates: torpor's templates in E2B's shape,
 // each named by its torpor name and, where one maps to it, its E2B name.
-func (a *API) templates(w http.ResponseWriter, r *http.Request, _ string, _ torpor.Caller) error {
+func (a *API) templates(w http.ResponseWriter, r *http.Request, tenant string, _ torpor.Caller) error {
 	ts, err := a.tmplStore.ListTemplates(r.Context())
 	if err != nil {
+		return err
+	}
+	// spawnCount counts only the caller's own sandboxes, as the native
+	// API's in_use does.
+	if err := a.eng.CountTemplateUse(r.Context(), tenant, ts); err != nil {
 		return err
 	}
 	out := make([]template, 0, len(ts))
