@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/torpor-dev/torpor"
+	"github.com/torpor-dev/torpor/runtime/exitstatus"
 )
 
 // CodeSocket is the name of the code server's socket in the run directory.
@@ -734,7 +735,7 @@ func (in *interp) ended() CodeResponse {
 	case <-in.done:
 	case <-time.After(time.Second):
 	}
-	code := exitCode(in.status)
+	code := exitstatus.Code(in.status)
 	res := CodeResponse{CodeResult: torpor.CodeResult{Stdout: in.out.take(), Stderr: in.errs.take(), ExitCode: &code}}
 	if in.lang == torpor.LanguagePython {
 		res.Error = &torpor.CodeError{Name: "InterpreterExited",

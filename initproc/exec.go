@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/torpor-dev/torpor/runtime/exitstatus"
 )
 
 // execMain is `torpor init exec`: it runs one command as its child, in a
@@ -83,7 +85,7 @@ func runExec(argv, env []string, cwd string, timeout time.Duration) ExecResult {
 			if sig == syscall.SIGCHLD {
 				exited, _ := reapAll()
 				if ws, ok := find(exited, pid); ok {
-					res.ExitCode = exitCode(ws)
+					res.ExitCode = exitstatus.Code(ws)
 					outPump.settle(settleGrace)
 					errPump.settle(settleGrace)
 					return res
@@ -109,7 +111,7 @@ func killAll(pid int) int {
 	if !found {
 		return 128 + int(syscall.SIGKILL)
 	}
-	return exitCode(ws)
+	return exitstatus.Code(ws)
 }
 
 func find(exited []reaped, pid int) (syscall.WaitStatus, bool) {

@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/torpor-dev/torpor"
+	"github.com/torpor-dev/torpor/runtime/exitstatus"
 )
 
 // DefaultRunDir is where the runtime mounts the run directory.
@@ -152,20 +153,20 @@ func (p *initProc) runSetup(i int, cmd string) (int, bool) {
 	pm.settle(settleGrace)
 	if p.stopSignal != nil {
 		sig := p.stopSignal.(syscall.Signal)
-		p.fail(Result{Kind: KindTerminated, Signal: sigName(sig), ExitCode: 128 + int(sig),
-			Message: "init was stopped by " + sigName(sig) + " during setup"})
+		p.fail(Result{Kind: KindTerminated, Signal: exitstatus.SignalName(sig), ExitCode: 128 + int(sig),
+			Message: "init was stopped by " + exitstatus.SignalName(sig) + " during setup"})
 		return 128 + int(sig), false
 	}
 	if ws.Exited() && ws.ExitStatus() == 0 {
 		return 0, true
 	}
-	code := exitCode(ws)
+	code := exitstatus.Code(ws)
 	msg := fmt.Sprintf("setup command %d (%s) exited with status %d", i+1, clipHead(cmd, 200), code)
-	if s := signalName(ws); s != "" {
+	if s := exitstatus.Signal(ws); s != "" {
 		msg = fmt.Sprintf("setup command %d (%s) was killed by %s", i+1, clipHead(cmd, 200), s)
 	}
 	p.fail(Result{Kind: torpor.FailureSetup, Step: i, Command: clipHead(cmd, 1024), ExitCode: code,
-		Signal: signalName(ws), Output: out.String(), Message: msg})
+		Signal: exitstatus.Signal(ws), Output: out.String(), Message: msg})
 	return 1, false
 }
 
@@ -188,12 +189,12 @@ func (p *initProc) runEntrypoint(argv []string) int {
 	p.report(ReadyFile, Ready{EntrypointPID: pid, Time: time.Now().UTC()})
 	ws := p.waitFor(pid, func(sig os.Signal) { _ = syscall.Kill(pid, sig.(syscall.Signal)) })
 	pm.settle(settleGrace)
-	code := exitCode(ws)
+	code := exitstatus.Code(ws)
 	msg := fmt.Sprintf("entrypoint exited with status %d", code)
-	if s := signalName(ws); s != "" {
+	if s := exitstatus.Signal(ws); s != "" {
 		msg = "entrypoint was killed by " + s
 	}
-	p.fail(Result{Kind: torpor.FailureEntrypoint, ExitCode: code, Signal: signalName(ws),
+	p.fail(Result{Kind: torpor.FailureEntrypoint, ExitCode: code, Signal: exitstatus.Signal(ws),
 		Output: out.String(), Message: msg})
 	return code
 }
@@ -208,8 +209,8 @@ func (p *initProc) idle() int {
 		}
 		if isStop(sig) {
 			code := 128 + int(sig.(syscall.Signal))
-			p.fail(Result{Kind: KindTerminated, Signal: sigName(sig.(syscall.Signal)), ExitCode: code,
-				Message: "init was stopped by " + sigName(sig.(syscall.Signal))})
+			p.fail(Result{Kind: KindTerminated, Signal: exitstatus.SignalName(sig.(syscall.Signal)), ExitCode: code,
+				Message: "init was stopped by " + exitstatus.SignalName(sig.(syscall.Signal))})
 			return code
 		}
 	}

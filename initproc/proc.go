@@ -45,41 +45,6 @@ func reapAll() (exited []reaped, none bool) {
 	}
 }
 
-// exitCode turns a wait status into a shell-style exit code: the exit
-// status, or 128 plus the signal that killed the process.
-func exitCode(ws syscall.WaitStatus) int {
-	if ws.Signaled() {
-		return 128 + int(ws.Signal())
-	}
-	return ws.ExitStatus()
-}
-
-// signalName names the signal that killed the process, or "".
-func signalName(ws syscall.WaitStatus) string {
-	if !ws.Signaled() {
-		return ""
-	}
-	return sigName(ws.Signal())
-}
-
-// sigNames are the names of the signals that usually end a process.
-var sigNames = map[syscall.Signal]string{
-	syscall.SIGHUP: "SIGHUP", syscall.SIGINT: "SIGINT", syscall.SIGQUIT: "SIGQUIT",
-	syscall.SIGILL: "SIGILL", syscall.SIGTRAP: "SIGTRAP", syscall.SIGABRT: "SIGABRT",
-	syscall.SIGBUS: "SIGBUS", syscall.SIGFPE: "SIGFPE", syscall.SIGKILL: "SIGKILL",
-	syscall.SIGUSR1: "SIGUSR1", syscall.SIGSEGV: "SIGSEGV", syscall.SIGUSR2: "SIGUSR2",
-	syscall.SIGPIPE: "SIGPIPE", syscall.SIGALRM: "SIGALRM", syscall.SIGTERM: "SIGTERM",
-	syscall.SIGXCPU: "SIGXCPU", syscall.SIGXFSZ: "SIGXFSZ", syscall.SIGSYS: "SIGSYS",
-}
-
-// sigName returns a signal's name, like "SIGKILL".
-func sigName(sig syscall.Signal) string {
-	if name, ok := sigNames[sig]; ok {
-		return name
-	}
-	return "signal " + strconv.Itoa(int(sig))
-}
-
 // killTree kills every descendant of this process and reaps them all. This
 // process must be a child subreaper, so that descendants whose parent died
 // are re-parented to it and stay in reach. It returns the status of the

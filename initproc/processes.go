@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/torpor-dev/torpor"
+	"github.com/torpor-dev/torpor/runtime/exitstatus"
 )
 
 // Bounds of the code server's process table.
@@ -318,7 +319,7 @@ func (t *procTable) start(req ProcRequest) ProcResponse {
 		}
 		code, sig := -1, 0
 		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok {
-			code = exitCode(ws)
+			code = exitstatus.Code(ws)
 			if ws.Signaled() {
 				sig = int(ws.Signal())
 			}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/torpor-dev/torpor"
+	"github.com/torpor-dev/torpor/runtime/exitstatus"
 	"github.com/torpor-dev/torpor/runtime/vm/proto"
 )
 
@@ -112,14 +113,14 @@ func (s *sandbox) exec(ctx context.Context, c *proto.Conn, id uint64, req proto.
 	res := &proto.ExecResult{}
 	select {
 	case ws := <-ch.status:
-		res.ExitCode = exitCode(ws)
+		res.ExitCode = exitstatus.Code(ws)
 	case <-deadline:
 		killCgroup(ch.cgroup)
-		res.ExitCode = exitCode(<-ch.status)
+		res.ExitCode = exitstatus.Code(<-ch.status)
 		res.TimedOut = true
 	case <-ctx.Done():
 		killCgroup(ch.cgroup)
-		res.ExitCode = exitCode(<-ch.status)
+		res.ExitCode = exitstatus.Code(<-ch.status)
 	}
 	settle(outDone, outR)
 	settle(errDone, errR)

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"os"
 	"os/signal"
-	"strconv"
 	"sync"
 	"syscall"
 )
@@ -66,31 +65,4 @@ func (r *reaper) start(path string, argv []string, attr *os.ProcAttr) (int, <-ch
 	// deliver to; look again.
 	go r.reapAll()
 	return pid, ch, nil
-}
-
-// exitCode turns a wait status into a shell-style exit code.
-func exitCode(ws syscall.WaitStatus) int {
-	if ws.Signaled() {
-		return 128 + int(ws.Signal())
-	}
-	return ws.ExitStatus()
-}
-
-// signalName names the signal that killed a process, or "".
-func signalName(ws syscall.WaitStatus) string {
-	if !ws.Signaled() {
-		return ""
-	}
-	if n, ok := sigNames[ws.Signal()]; ok {
-		return "SIG" + n
-	}
-	return "signal " + strconv.Itoa(int(ws.Signal()))
-}
-
-var sigNames = map[syscall.Signal]string{
-	syscall.SIGHUP: "HUP", syscall.SIGINT: "INT", syscall.SIGQUIT: "QUIT", syscall.SIGILL: "ILL",
-	syscall.SIGTRAP: "TRAP", syscall.SIGABRT: "ABRT", syscall.SIGBUS: "BUS", syscall.SIGFPE: "FPE",
-	syscall.SIGKILL: "KILL", syscall.SIGUSR1: "USR1", syscall.SIGSEGV: "SEGV", syscall.SIGUSR2: "USR2",
-	syscall.SIGPIPE: "PIPE", syscall.SIGALRM: "ALRM", syscall.SIGTERM: "TERM", syscall.SIGXCPU: "XCPU",
-	syscall.SIGXFSZ: "XFSZ", syscall.SIGSYS: "SYS",
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/torpor-dev/torpor"
 	"github.com/torpor-dev/torpor/files"
+	"github.com/torpor-dev/torpor/runtime/exitstatus"
 	"github.com/torpor-dev/torpor/runtime/vm/proto"
 )
 
@@ -327,15 +328,15 @@ func (s *sandbox) runSetup(ctx context.Context, i int, cmd string) *proto.Result
 	if ws.Exited() && ws.ExitStatus() == 0 {
 		return nil
 	}
-	code := exitCode(ws)
+	code := exitstatus.Code(ws)
 	msg := fmt.Sprintf("setup command %d (%s) exited with status %d", i+1, clipHead(cmd, 200), code)
-	if sig := signalName(ws); sig != "" {
+	if sig := exitstatus.Signal(ws); sig != "" {
 		msg = fmt.Sprintf("setup command %d (%s) was killed by %s", i+1, clipHead(cmd, 200), sig)
 	}
 	if n := s.oomKills(); n > 0 {
 		msg += " (the sandbox ran out of memory)"
 	}
-	return &proto.Result{Kind: torpor.FailureSetup, ExitCode: code, Signal: signalName(ws), Output: out.String(), Message: msg}
+	return &proto.Result{Kind: torpor.FailureSetup, ExitCode: code, Signal: exitstatus.Signal(ws), Output: out.String(), Message: msg}
 }
 
 // settle waits for a copy to finish, or for a short grace when a
@@ -375,12 +376,12 @@ func (s *sandbox) startEntrypoint(argv []string) *proto.Result {
 	go func() {
 		ws := <-c.status
 		settle(copied, r)
-		code := exitCode(ws)
+		code := exitstatus.Code(ws)
 		msg := fmt.Sprintf("entrypoint exited with status %d", code)
-		if sig := signalName(ws); sig != "" {
+		if sig := exitstatus.Signal(ws); sig != "" {
 			msg = "entrypoint was killed by " + sig
 		}
-		res := &proto.Result{Kind: torpor.FailureEntrypoint, ExitCode: code, Signal: signalName(ws), Output: out.String(), Message: msg}
+		res := &proto.Result{Kind: torpor.FailureEntrypoint, ExitCode: code, Signal: exitstatus.Signal(ws), Output: out.String(), Message: msg}
 		if n := s.oomKills(); n > 0 && (code != 0 || res.Signal != "") {
 			res.Kind, res.OOMKills = torpor.FailureOOM, n
 			res.Message = "the sandbox ran out of memory: " + msg
