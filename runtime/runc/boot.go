@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	"github.com/torpor-dev/torpor/files"
 	"github.com/torpor-dev/torpor/initproc"
 	"github.com/torpor-dev/torpor/network"
+	"github.com/torpor-dev/torpor/runtime/instances"
 )
 
 // readyPoll is how often Boot looks for init's ready report.
@@ -114,7 +114,7 @@ func (r *Runtime) start(ctx context.Context, spec torpor.BootSpec) (instance, er
 	if err != nil {
 		return instance{}, err
 	}
-	if err := writeFileAtomic(filepath.Join(r.sandboxDir(id), "config.json"), b); err != nil {
+	if err := instances.WriteFileAtomic(filepath.Join(r.sandboxDir(id), "config.json"), b, 0o600); err != nil {
 		return instance{}, err
 	}
 	_ = os.Remove(r.pidFile(id))
@@ -126,18 +126,14 @@ func (r *Runtime) start(ctx context.Context, spec torpor.BootSpec) (instance, er
 	cmd := exec.CommandContext(ctx, r.runcPath, "--root", r.runcRoot, "--log", r.runcLog(id),
 		"run", "--detach", "--pid-file", r.pidFile(id), "--bundle", r.sandboxDir(id), id)
 	if err := cmd.Run(); err != nil {
-		return instance{}, fmt.Errorf("runc run: %w: %s", err, readTail(r.runcLog(id), 2048))
+		return instance{}, fmt.Errorf("runc run: %w: %s", err, instances.ReadTail(r.runcLog(id), 2048))
 	}
-	pidText, err := os.ReadFile(r.pidFile(id))
+	pid, err := instances.ReadPidFile(r.pidFile(id))
 	if err != nil {
-		return instance{}, fmt.Errorf("runc run: no pid file: %w", err)
+		return instance{}, fmt.Errorf("runc run: %w", err)
 	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(pidText)))
-	if err != nil || pid <= 0 {
-		return instance{}, fmt.Errorf("runc run: bad pid file %q", pidText)
-	}
-	in := instance{PID: pid}
-	if in.Start, _, err = procStat(pid); err != nil {
+	in := instance{instances.Proc{PID: pid}}
+	if in.Start, _, err = instances.Stat(pid); err != nil {
 		// Exited already; `runc state` still knows it as stopped.
 		in.Start = ^uint64(0)
 	}
@@ -174,15 +170,12 @@ func (r *Runtime) awaitReady(ctx context.Context, id string, in instance) error 
 		}
 		if _, err := os.Lstat(filepath.Join(run, initproc.ResultFile)); err == nil {
 			// Init reports, then exits: let it, so that Inspect agrees.
-			wctx, cancel := context.WithTimeout(ctx, killTimeout)
-			err := in.wait(wctx)
-			cancel()
-			if err != nil {
+			if err := in.AwaitExit(ctx); err != nil {
 				return fmt.Errorf("init reported a failure but did not exit: %w", err)
 			}
 			return r.bootFailure(id)
 		}
-		if !in.alive() {
+		if !in.Alive() {
 			if _, err := os.Lstat(filepath.Join(run, initproc.ReadyFile)); err == nil {
 				return nil // ready, then the entrypoint exited at once
 			}
@@ -210,5 +203,5 @@ func (r *Runtime) bootFailure(id string) error {
 	case torpor.FailureOOM:
 		return &torpor.Error{Code: torpor.EInvalid, Param: "resources.memory_mib", Reason: torpor.FailureOOM, Message: f.Message}
 	}
-	return fmt.Errorf("%s: %s", f.Message, readTail(r.runcLog(id), 2048))
+	return fmt.Errorf("%s: %s", f.Message, instances.ReadTail(r.runcLog(id), 2048))
 }

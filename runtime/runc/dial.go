@@ -41,7 +41,7 @@ func (r *Runtime) DialContext(ctx context.Context, ref torpor.InstanceRef, netwo
 		return nil, fmt.Errorf("runc: network namespace of %s: %w", id, err)
 	}
 	defer ns.Close()
-	if !in.alive() { // the pid was recycled between lookup and open
+	if !in.Alive() { // the pid was recycled between lookup and open
 		return nil, torpor.Errorf(torpor.EConflict, "sandbox %s has no running instance", id)
 	}
 	return dialIn(ctx, ns, network, addr)

@@ -1,7 +1,6 @@
 package runc
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,12 +10,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
-	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/torpor-dev/torpor"
+	"github.com/torpor-dev/torpor/runtime/instances"
 )
 
 // instance identifies a booted container's init process on the host: its
@@ -25,8 +23,7 @@ import (
 // reach; the handle returned by Boot carries the same fields but is only
 // checked, never trusted.
 type instance struct {
-	PID   int    `json:"pid"`
-	Start uint64 `json:"start"`
+	instances.Proc
 }
 
 // handle encodes the instance as Boot's opaque handle.
@@ -53,116 +50,6 @@ func parseHandle(id, h string) error {
 	return nil
 }
 
-// procStat returns a process's start time (in clock ticks since boot) and
-// state letter from /proc/pid/stat.
-func procStat(pid int) (start uint64, state byte, err error) {
-	if pid <= 0 {
-		return 0, 0, fs.ErrNotExist
-	}
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, 0, err
-	}
-	// pid (comm) state ppid ... starttime is field 22; comm may hold
-	// spaces and parentheses, so count from the last ')'.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, 0, errors.New("malformed /proc stat")
-	}
-	f := bytes.Fields(b[i+1:])
-	if len(f) < 20 || len(f[0]) != 1 {
-		return 0, 0, errors.New("malformed /proc stat")
-	}
-	start, err = strconv.ParseUint(string(f[19]), 10, 64)
-	return start, f[0][0], err
-}
-
-// alive reports whether the instance's init still runs (a zombie does not).
-func (in *instance) alive() bool {
-	start, state, err := procStat(in.PID)
-	return err == nil && start == in.Start && state != 'Z' && state != 'X'
-}
-
-// errGone: the instance's init process has exited.
-var errGone = errors.New("instance init has exited")
-
-// openPidfd returns a pidfd on the instance's init, checked to be that
-// process and not a later one with the same pid; errGone if it exited.
-func (in *instance) openPidfd() (*os.File, error) {
-	fd, err := unix.PidfdOpen(in.PID, unix.PIDFD_NONBLOCK)
-	if errors.Is(err, syscall.ESRCH) {
-		return nil, errGone
-	}
-	if err != nil {
-		return nil, fmt.Errorf("pidfd_open: %w", err)
-	}
-	f := os.NewFile(uintptr(fd), "pidfd")
-	// The pid is pinned now; check that it is still our process.
-	if start, state, err := procStat(in.PID); err != nil || start != in.Start || state == 'Z' || state == 'X' {
-		f.Close()
-		return nil, errGone
-	}
-	return f, nil
-}
-
-// signal sends sig to the instance's init, if it is still that process.
-func (in *instance) signal(sig syscall.Signal) error {
-	f, err := in.openPidfd()
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return unix.PidfdSendSignal(int(f.Fd()), sig, nil, 0)
-}
-
-// wait blocks until the instance's init exits or ctx ends. It waits for the
-// pidfd to become readable through Go's netpoller, so a waiting sandbox
-// costs no OS thread, and it works for processes that are not this
-// process's children (booted by an earlier daemon).
-func (in *instance) wait(ctx context.Context) error {
-	f, err := in.openPidfd()
-	if errors.Is(err, errGone) {
-		return nil
-	}
-	if err != nil {
-		return in.pollWait(ctx)
-	}
-	defer f.Close()
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return in.pollWait(ctx)
-	}
-	stop := context.AfterFunc(ctx, func() { _ = f.SetReadDeadline(time.Unix(1, 0)) })
-	defer stop()
-	err = rc.Read(func(fd uintptr) bool {
-		p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-		n, _ := unix.Poll(p, 0)
-		return n > 0
-	})
-	if ctxErr := ctx.Err(); ctxErr != nil {
-		return ctxErr
-	}
-	if err != nil {
-		// Not pollable here: fall back to polling /proc.
-		return in.pollWait(ctx)
-	}
-	return nil
-}
-
-// pollWait is wait's fallback for kernels without pidfds.
-func (in *instance) pollWait(ctx context.Context) error {
-	t := time.NewTicker(20 * time.Millisecond)
-	defer t.Stop()
-	for in.alive() {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-		}
-	}
-	return nil
-}
-
 // loadInstance reads the sandbox's instance record; nil when there is none.
 func (r *Runtime) loadInstance(id string) (*instance, error) {
 	b, err := os.ReadFile(r.instanceFile(id))
@@ -185,16 +72,7 @@ func (r *Runtime) saveInstance(id string, in instance) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(r.instanceFile(id), b)
-}
-
-// writeFileAtomic writes a file through a temporary file and a rename.
-func writeFileAtomic(name string, b []byte) error {
-	tmp := name + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, name)
+	return instances.WriteFileAtomic(r.instanceFile(id), b, 0o600)
 }
 
 // liveSet remembers, per sandbox, the instance whose init was last seen
@@ -262,17 +140,17 @@ func (r *Runtime) lookup(ctx context.Context, id string) (*instance, bool, error
 	if err != nil || in == nil {
 		return in, false, err
 	}
-	f, err := in.openPidfd()
-	if errors.Is(err, errGone) {
+	f, err := in.Pidfd()
+	if errors.Is(err, instances.ErrGone) {
 		return in, false, nil
 	}
 	if err != nil {
-		return in, in.alive(), nil // no pidfds: ask /proc every time
+		return in, in.Alive(), nil // no pidfds: ask /proc every time
 	}
 	fd, err := unix.Dup(int(f.Fd()))
 	f.Close()
 	if err != nil {
-		return in, in.alive(), nil
+		return in, in.Alive(), nil
 	}
 	unix.CloseOnExec(fd)
 	r.live.put(id, *in, fd)

@@ -313,7 +313,7 @@ func TestBootRemovesLeftoverAfterCrash(t *testing.T) {
 	if _, err := fresh.Boot(ctx, spec); err != nil {
 		t.Fatalf("boot over the leftover: %v", err)
 	}
-	if old.alive() {
+	if old.Alive() {
 		t.Errorf("the leftover instance's init (pid %d) still runs", old.PID)
 	}
 	var out bytes.Buffer

@@ -4,12 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
-	"strings"
 
 	"github.com/torpor-dev/torpor"
 	"github.com/torpor-dev/torpor/initproc"
+	"github.com/torpor-dev/torpor/runtime/instances"
 )
 
 // Inspect tells whether the instance runs, is frozen, has stopped (and
@@ -69,12 +68,12 @@ func (r *Runtime) findInstance(ctx context.Context, id string) (*instance, error
 	if err := json.Unmarshal(out, &s); err != nil || s.Pid <= 0 {
 		return nil, nil
 	}
-	start, _, err := procStat(s.Pid)
+	start, _, err := instances.Stat(s.Pid)
 	if err != nil {
 		// Its init is gone: a stopped container of unknown start time.
-		return &instance{PID: s.Pid, Start: ^uint64(0)}, nil
+		start = ^uint64(0)
 	}
-	return &instance{PID: s.Pid, Start: start}, nil
+	return &instance{instances.Proc{PID: s.Pid, Start: start}}, nil
 }
 
 // failure says why a stopped instance stopped, from init's report and the
@@ -132,22 +131,8 @@ func (r *Runtime) Wait(ctx context.Context, ref torpor.InstanceRef) (torpor.Inst
 		if err != nil || (st.State != torpor.InstanceRunning && st.State != torpor.InstanceFrozen) {
 			return st, err
 		}
-		if err := in.wait(ctx); err != nil {
+		if err := in.Wait(ctx); err != nil {
 			return st, err
 		}
 	}
-}
-
-// readTail returns the last max bytes of a file ("" if unreadable).
-func readTail(name string, max int64) string {
-	f, err := os.Open(name)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	if fi, err := f.Stat(); err == nil && fi.Size() > max {
-		_, _ = f.Seek(-max, io.SeekEnd)
-	}
-	b, _ := io.ReadAll(io.LimitReader(f, max))
-	return strings.TrimSpace(initproc.SandboxText(string(b), int(max)))
 }

@@ -7,16 +7,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"syscall"
-	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/torpor-dev/torpor"
 )
-
-// killTimeout bounds the wait for a killed init to exit.
-const killTimeout = 10 * time.Second
 
 // Stop ends the instance's processes and removes the container, keeping the
 // sandbox's disk. Stopping a missing instance succeeds.
@@ -75,14 +70,8 @@ func (r *Runtime) removeInstance(ctx context.Context, id string) error {
 		return err
 	}
 	if in != nil {
-		if err := in.signal(syscall.SIGKILL); err != nil && !errors.Is(err, errGone) {
+		if err := in.Kill(ctx); err != nil {
 			return fmt.Errorf("kill init: %w", err)
-		}
-		wctx, cancel := context.WithTimeout(ctx, killTimeout)
-		err := in.wait(wctx)
-		cancel()
-		if err != nil {
-			return fmt.Errorf("wait for init to exit: %w", err)
 		}
 	}
 	if _, err := os.Stat(r.runcState(id)); err == nil {

@@ -89,9 +89,9 @@ func (r *Runtime) bootInstance(ctx context.Context, spec torpor.BootSpec) (insta
 	if err != nil {
 		return instance{}, err
 	}
-	in := instance{proc: p, Boot: time.Now().UnixNano()}
+	in := instance{Proc: p, Boot: time.Now().UnixNano()}
 	if err := r.saveJSON(id, "instance.json", in); err != nil {
-		p.kill()
+		_ = p.Kill(context.Background())
 		return instance{}, err
 	}
 	ac, release, err := r.connectBooting(ctx, id, in)
@@ -188,7 +188,7 @@ func (r *Runtime) connectBooting(ctx context.Context, id string, in instance) (*
 				return
 			case <-t.C:
 			}
-			if !in.alive() {
+			if !in.Alive() {
 				cancel(errors.New("QEMU exited during boot"))
 				return
 			}

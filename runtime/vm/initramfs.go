@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/torpor-dev/torpor/rootfs"
+	"github.com/torpor-dev/torpor/runtime/instances"
 )
 
 // guestModules are the kernel modules the guest needs (Debian's cloud
@@ -90,7 +91,7 @@ func (r *Runtime) initramfs() (string, error) {
 	if err := zw.Close(); err != nil {
 		return "", err
 	}
-	if err := writeFileAtomic(out, buf.Bytes(), 0o644); err != nil {
+	if err := instances.WriteFileAtomic(out, buf.Bytes(), 0o644); err != nil {
 		return "", fmt.Errorf("initramfs: %w", err)
 	}
 	return out, nil

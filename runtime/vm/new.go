@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/torpor-dev/torpor/initproc"
+	"github.com/torpor-dev/torpor/runtime/instances"
 )
 
 // New checks the host (QEMU, qemu-img, mkfs.ext4, the guest kernel, a
@@ -220,7 +221,7 @@ func (r *Runtime) probeAccel(ctx context.Context) (string, error) {
 		r.log.Info("vm: KVM cannot boot the guest here; using TCG (software emulation)", "err", err)
 	}
 	b, _ := json.Marshal(rec)
-	if err := writeFileAtomic(recPath, b, 0o600); err != nil {
+	if err := instances.WriteFileAtomic(recPath, b, 0o600); err != nil {
 		return "", fmt.Errorf("vm: %w", err)
 	}
 	return rec.Accel, nil
@@ -256,7 +257,7 @@ func (r *Runtime) bootProbe(ctx context.Context, accel string) error {
 	if err != nil {
 		return err
 	}
-	defer p.kill()
+	defer p.Kill(context.Background())
 	ac, err := dialAgent(ctx, filepath.Join(dir, agentSock))
 	if err != nil {
 		return fmt.Errorf("no answer from the guest agent: %w", err)

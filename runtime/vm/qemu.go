@@ -1,14 +1,12 @@
 package vm
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -16,12 +14,10 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/torpor-dev/torpor"
 	"github.com/torpor-dev/torpor/network"
+	"github.com/torpor-dev/torpor/runtime/instances"
 )
 
 // Files in a sandbox's (or probe's) directory that QEMU makes.
@@ -116,24 +112,17 @@ func (m machine) fingerprint() string {
 	return hex.EncodeToString(sum[:])
 }
 
-// proc is a running QEMU: its pid and its start time (so that a recycled
-// pid is never taken for it).
-type proc struct {
-	PID   int    `json:"pid"`
-	Start uint64 `json:"start"`
-}
-
 // startQEMU starts m's QEMU detached (it daemonizes once its sockets
 // listen) in dir, and returns its process.
-func (r *Runtime) startQEMU(ctx context.Context, dir string, m machine, incoming bool) (proc, error) {
+func (r *Runtime) startQEMU(ctx context.Context, dir string, m machine, incoming bool) (instances.Proc, error) {
 	for _, f := range []string{qmpSock, agentSock, pidFile} {
 		if err := os.Remove(filepath.Join(dir, f)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return proc{}, err
+			return instances.Proc{}, err
 		}
 	}
 	logf, err := os.OpenFile(filepath.Join(dir, qemuLog), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
-		return proc{}, err
+		return instances.Proc{}, err
 	}
 	defer logf.Close()
 	cmd := exec.CommandContext(ctx, r.qemu, m.args(incoming)...)
@@ -147,141 +136,22 @@ func (r *Runtime) startQEMU(ctx context.Context, dir string, m machine, incoming
 		run = func() error { return network.In(m.Net.NetNS, cmd.Run) }
 	}
 	if err := run(); err != nil {
-		return proc{}, fmt.Errorf("start QEMU: %w: %s", err, readTail(filepath.Join(dir, qemuLog), 2048))
+		return instances.Proc{}, fmt.Errorf("start QEMU: %w: %s", err, instances.ReadTail(filepath.Join(dir, qemuLog), 2048))
 	}
-	b, err := os.ReadFile(filepath.Join(dir, pidFile))
+	pid, err := instances.ReadPidFile(filepath.Join(dir, pidFile))
 	if err != nil {
-		return proc{}, fmt.Errorf("start QEMU: no pid file: %w", err)
+		return instances.Proc{}, fmt.Errorf("start QEMU: %w", err)
 	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || pid <= 0 {
-		return proc{}, fmt.Errorf("start QEMU: bad pid file %q", b)
-	}
-	p := proc{PID: pid}
-	if p.Start, _, err = procStat(pid); err != nil {
-		return proc{}, fmt.Errorf("start QEMU: it exited at once: %s", readTail(filepath.Join(dir, qemuLog), 2048))
+	p := instances.Proc{PID: pid}
+	if p.Start, _, err = instances.Stat(pid); err != nil {
+		return instances.Proc{}, fmt.Errorf("start QEMU: it exited at once: %s", instances.ReadTail(filepath.Join(dir, qemuLog), 2048))
 	}
 	return p, nil
 }
 
-// procStat returns a process's start time (clock ticks since boot) and
-// state letter from /proc/pid/stat.
-func procStat(pid int) (start uint64, state byte, err error) {
-	if pid <= 0 {
-		return 0, 0, fs.ErrNotExist
-	}
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, 0, err
-	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, 0, errors.New("malformed /proc stat")
-	}
-	f := bytes.Fields(b[i+1:])
-	if len(f) < 20 || len(f[0]) != 1 {
-		return 0, 0, errors.New("malformed /proc stat")
-	}
-	start, err = strconv.ParseUint(string(f[19]), 10, 64)
-	return start, f[0][0], err
-}
-
-// alive reports whether the process still runs (a zombie does not).
-func (p proc) alive() bool {
-	start, state, err := procStat(p.PID)
-	return err == nil && start == p.Start && state != 'Z' && state != 'X'
-}
-
-// pidfd opens a pidfd on the process, checked to be it; nil if it is gone.
-func (p proc) pidfd() (*os.File, error) {
-	fd, err := unix.PidfdOpen(p.PID, unix.PIDFD_NONBLOCK)
-	if errors.Is(err, unix.ESRCH) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	f := os.NewFile(uintptr(fd), "pidfd")
-	if !p.alive() {
-		f.Close()
-		return nil, nil
-	}
-	return f, nil
-}
-
-// signal sends sig to the process if it is still the one started.
-func (p proc) signal(sig syscall.Signal) error {
-	f, err := p.pidfd()
-	if err != nil || f == nil {
-		return err
-	}
-	defer f.Close()
-	err = unix.PidfdSendSignal(int(f.Fd()), sig, nil, 0)
-	if errors.Is(err, unix.ESRCH) {
-		return nil
-	}
-	return err
-}
-
-// wait blocks until the process has exited or ctx ends. It polls the
-// pidfd through Go's netpoller, so it works for a QEMU an earlier daemon
-// started (not this process's child).
-func (p proc) wait(ctx context.Context) error {
-	f, err := p.pidfd()
-	if err != nil {
-		return p.pollWait(ctx)
-	}
-	if f == nil {
-		return nil
-	}
-	defer f.Close()
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return p.pollWait(ctx)
-	}
-	stop := context.AfterFunc(ctx, func() { _ = f.SetReadDeadline(time.Unix(1, 0)) })
-	defer stop()
-	err = rc.Read(func(fd uintptr) bool {
-		pf := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-		n, _ := unix.Poll(pf, 0)
-		return n > 0
-	})
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	if err != nil {
-		return p.pollWait(ctx)
-	}
-	return nil
-}
-
-func (p proc) pollWait(ctx context.Context) error {
-	t := time.NewTicker(10 * time.Millisecond)
-	defer t.Stop()
-	for p.alive() {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-		}
-	}
-	return nil
-}
-
-// kill ends the process at once and waits for it (bounded).
-func (p proc) kill() {
-	_ = p.signal(syscall.SIGKILL)
-	ctx, cancel := context.WithTimeout(context.Background(), killTimeout)
-	defer cancel()
-	_ = p.wait(ctx)
-}
-
-// killTimeout bounds waiting for a QEMU to exit.
-const killTimeout = 10 * time.Second
-
 // instance is the record of a sandbox's running QEMU.
 type instance struct {
-	proc
+	instances.Proc
 	// Boot counts the sandbox's boots and restores; it is in the handle.
 	Boot int64 `json:"boot"`
 }
@@ -328,19 +198,5 @@ func (r *Runtime) saveJSON(id, name string, v any) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(r.sandboxPath(id, name), b, 0o600)
-}
-
-// readTail returns the last max bytes of a file ("" if unreadable).
-func readTail(name string, max int64) string {
-	f, err := os.Open(name)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	if fi, err := f.Stat(); err == nil && fi.Size() > max {
-		_, _ = f.Seek(-max, io.SeekEnd)
-	}
-	b, _ := io.ReadAll(io.LimitReader(f, max))
-	return strings.TrimSpace(strings.ToValidUTF8(string(b), "\uFFFD"))
+	return instances.WriteFileAtomic(r.sandboxPath(id, name), b, 0o600)
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/torpor-dev/torpor"
+	"github.com/torpor-dev/torpor/runtime/instances"
 	"github.com/torpor-dev/torpor/runtime/vm/proto"
 )
 
@@ -328,11 +329,11 @@ func (r *Runtime) restore(ctx context.Context, id string, m machine) (in instanc
 	if err != nil {
 		return instance{}, err
 	}
-	in = instance{proc: p, Boot: time.Now().UnixNano()}
+	in = instance{Proc: p, Boot: time.Now().UnixNano()}
 	defer func() {
 		if err != nil {
 			r.agents.drop(r.sandboxPath(id, agentSock))
-			p.kill()
+			_ = p.Kill(context.Background())
 			_ = r.removeFiles(id, "instance.json")
 		}
 	}()
@@ -359,9 +360,9 @@ func (r *Runtime) restore(ctx context.Context, id string, m machine) (in instanc
 		return instance{}, err
 	}
 	t1 := time.Now()
-	if err := awaitMigration(mctx, q, p.alive); err != nil {
-		if !p.alive() {
-			return instance{}, fmt.Errorf("%v: %s", err, readTail(r.sandboxPath(id, qemuLog), 1024))
+	if err := awaitMigration(mctx, q, p.Alive); err != nil {
+		if !p.Alive() {
+			return instance{}, fmt.Errorf("%v: %s", err, instances.ReadTail(r.sandboxPath(id, qemuLog), 1024))
 		}
 		return instance{}, err
 	}

@@ -136,7 +136,7 @@ func testSnapshotLife(t *testing.T, cfg Config, tmpl torpor.Template) {
 		if err != nil || st.State != torpor.InstanceMissing || !st.DiskExists {
 			t.Fatalf("cycle %d: after snapshot: %+v, %v; want missing with a disk", cycle, st, err)
 		}
-		if in == nil || in.alive() {
+		if in == nil || in.Alive() {
 			t.Errorf("cycle %d: QEMU %+v still runs while snapshotted", cycle, in)
 		}
 		if held := qemuHolds(dir); len(held) > 0 {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/torpor-dev/torpor"
 	"github.com/torpor-dev/torpor/initproc"
+	"github.com/torpor-dev/torpor/runtime/instances"
 	"github.com/torpor-dev/torpor/runtime/vm/proto"
 )
 
@@ -73,13 +74,13 @@ func (r *Runtime) inspect(ctx context.Context, id string) (torpor.InstanceStatus
 	if in == nil {
 		return st, nil, nil
 	}
-	if !in.alive() {
+	if !in.Alive() {
 		st.State, st.Failure = torpor.InstanceStopped, r.failure(id)
 		return st, in, nil
 	}
 	s, err := vmStatus(ctx, r.sandboxPath(id, qmpSock))
 	if err != nil {
-		if !in.alive() {
+		if !in.Alive() {
 			st.State, st.Failure = torpor.InstanceStopped, r.failure(id)
 			return st, in, nil
 		}
@@ -162,7 +163,7 @@ func (r *Runtime) failure(id string) *torpor.Failure {
 		return &torpor.Failure{Code: torpor.FailureRuntime, Message: "unreadable result record: " + err.Error()}
 	case !ok:
 		return &torpor.Failure{Code: torpor.FailureRuntime,
-			Message: "the VM's QEMU exited unexpectedly: " + readTail(r.sandboxPath(id, qemuLog), 1024)}
+			Message: "the VM's QEMU exited unexpectedly: " + instances.ReadTail(r.sandboxPath(id, qemuLog), 1024)}
 	}
 	return failureOf(&res)
 }
@@ -191,17 +192,14 @@ func withOutput(msg, output string) string {
 // it; one that does not is killed.
 func (r *Runtime) endQEMU(ctx context.Context, id string, in instance) {
 	r.agents.drop(r.sandboxPath(id, agentSock))
-	if !in.alive() {
+	if !in.Alive() {
 		return
 	}
 	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	_ = qmpDo(qctx, r.sandboxPath(id, qmpSock), "quit", nil, nil)
 	cancel()
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), killTimeout)
-	err := in.wait(wctx)
-	cancel()
-	if err != nil {
-		in.kill()
+	if err := in.AwaitExit(context.WithoutCancel(ctx)); err != nil {
+		_ = in.Kill(context.Background())
 	}
 }
 
@@ -215,7 +213,7 @@ func (r *Runtime) removeInstance(ctx context.Context, id string) error {
 	if err != nil {
 		r.log.Warn("vm: unreadable instance record; removing it", "sandbox", id, "err", err)
 	}
-	if in != nil && in.alive() {
+	if in != nil && in.Alive() {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		s, err := vmStatus(sctx, r.sandboxPath(id, qmpSock))
 		if err == nil && s == "paused" {
@@ -235,7 +233,7 @@ func (r *Runtime) removeInstance(ctx context.Context, id string) error {
 			cancel()
 		}
 		r.endQEMU(ctx, id, *in)
-		if in.alive() {
+		if in.Alive() {
 			return fmt.Errorf("QEMU (pid %d) does not exit", in.PID)
 		}
 	}
@@ -273,8 +271,8 @@ func (r *Runtime) Destroy(ctx context.Context, ref torpor.InstanceRef) error {
 	r.agents.drop(r.sandboxPath(id, agentSock))
 	in, _ := r.loadInstance(id)
 	if in != nil {
-		in.kill()
-		if in.alive() {
+		_ = in.Kill(context.Background())
+		if in.Alive() {
 			return fmt.Errorf("vm: destroy %s: QEMU (pid %d) does not exit", id, in.PID)
 		}
 	}
@@ -368,7 +366,7 @@ func (r *Runtime) waitOnce(ctx context.Context, id string, in *instance) error {
 	defer cancel()
 	done := make(chan struct{}, 2)
 	go func() {
-		_ = in.wait(wctx)
+		_ = in.Wait(wctx)
 		done <- struct{}{}
 	}()
 	go func() {
@@ -390,7 +388,7 @@ func (r *Runtime) waitOnce(ctx context.Context, id string, in *instance) error {
 			r.recordResult(id, res)
 			// The agent powers the guest off in a moment; end QEMU after
 			// a grace, so that requests still answering finish first.
-			go r.endLater(id, in.proc)
+			go r.endLater(id, in.Proc)
 		}
 	}()
 	select {
@@ -407,10 +405,10 @@ const endGrace = time.Second
 
 // endLater ends QEMU p of sandbox id after endGrace, if it is still the
 // sandbox's instance.
-func (r *Runtime) endLater(id string, p proc) {
+func (r *Runtime) endLater(id string, p instances.Proc) {
 	time.Sleep(endGrace)
 	defer r.locks.Lock(id)()
-	if cur, _ := r.loadInstance(id); cur != nil && cur.proc == p {
+	if cur, _ := r.loadInstance(id); cur != nil && cur.Proc == p {
 		r.endQEMU(context.Background(), id, *cur)
 	}
 }

@@ -217,15 +217,3 @@ func lookTool(p, name, pkg string) (string, error) {
 	}
 	return found, nil
 }
-
-// writeFileAtomic writes a file through a temporary file and a rename.
-func writeFileAtomic(name string, b []byte, perm os.FileMode) error {
-	if err := os.MkdirAll(filepath.Dir(name), 0o700); err != nil {
-		return err
-	}
-	tmp := fmt.Sprintf("%s.tmp%d", name, os.Getpid())
-	if err := os.WriteFile(tmp, b, perm); err != nil {
-		return err
-	}
-	return os.Rename(tmp, name)
-}
