@@ -18,6 +18,7 @@ import (
 
 	"github.com/torpor-dev/torpor"
 	"github.com/torpor-dev/torpor/initproc"
+	"github.com/torpor-dev/torpor/runtime/instances"
 )
 
 var _ torpor.CodeRunner = (*Runtime)(nil)
@@ -91,10 +92,8 @@ func (r *Runtime) RunCode(ctx context.Context, ref torpor.InstanceRef, req torpo
 
 // codeFailure explains a broken conversation with the code server.
 func (r *Runtime) codeFailure(ctx context.Context, id string, err error) error {
-	if st, _, ierr := r.inspect(ctx, id); ierr == nil {
-		if serr := execStateError(st); serr != nil {
-			return serr
-		}
+	if serr := instances.ExecRefusal(ctx, r, id); serr != nil {
+		return serr
 	}
 	return fmt.Errorf("runc: code server of %s: %w", id, err)
 }

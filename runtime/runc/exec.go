@@ -8,14 +8,13 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path"
 	"sort"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/torpor-dev/torpor"
 	"github.com/torpor-dev/torpor/initproc"
+	"github.com/torpor-dev/torpor/runtime/instances"
 )
 
 // execGrace is how long after its timeout (or after the caller gave up) a
@@ -32,14 +31,14 @@ func (r *Runtime) Exec(ctx context.Context, ref torpor.InstanceRef, req torpor.E
 	if err != nil {
 		return torpor.ExecResult{}, err
 	}
-	if err := validateExec(req); err != nil {
+	if err := instances.ValidateExec(req); err != nil {
 		return torpor.ExecResult{}, err
 	}
 	st, _, err := r.inspect(ctx, id)
 	if err != nil {
 		return torpor.ExecResult{}, err
 	}
-	if err := execStateError(st); err != nil {
+	if err := instances.ExecStateError(st); err != nil {
 		return torpor.ExecResult{}, err
 	}
 
@@ -54,38 +53,10 @@ func (r *Runtime) Exec(ctx context.Context, ref torpor.InstanceRef, req torpor.E
 	}
 	// The helper never reported: runc could not exec (the instance was
 	// frozen or stopped meanwhile) or the helper was killed.
-	if st, _, ierr := r.inspect(ctx, id); ierr == nil {
-		if err := execStateError(st); err != nil {
-			return torpor.ExecResult{}, err
-		}
+	if err := instances.ExecRefusal(ctx, r, id); err != nil {
+		return torpor.ExecResult{}, err
 	}
 	return res, fmt.Errorf("runc: exec in %s: the command did not report (runc exit status %d)", id, res.ExitCode)
-}
-
-func validateExec(req torpor.ExecRequest) error {
-	if len(req.Cmd) == 0 || req.Cmd[0] == "" {
-		return torpor.Invalid("cmd", "a command is required")
-	}
-	for _, a := range req.Cmd {
-		if strings.ContainsRune(a, 0) {
-			return torpor.Invalid("cmd", "a command argument holds a NUL byte")
-		}
-	}
-	if req.Cwd != "" && (!path.IsAbs(req.Cwd) || strings.ContainsRune(req.Cwd, 0)) {
-		return torpor.Invalid("cwd", "the working directory must be an absolute path")
-	}
-	if req.Timeout < 0 {
-		return torpor.Invalid("timeout", "the timeout cannot be negative")
-	}
-	return torpor.CheckEnv("env", req.Env)
-}
-
-// execStateError refuses exec into an instance that is not running.
-func execStateError(st torpor.InstanceStatus) error {
-	if st.State == torpor.InstanceFrozen {
-		return torpor.WrongState("exec in", torpor.StatePaused)
-	}
-	return stateError("exec", st)
 }
 
 // runExec runs the helper through runc exec. ran reports whether the

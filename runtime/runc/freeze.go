@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/torpor-dev/torpor"
+	"github.com/torpor-dev/torpor/runtime/instances"
 )
 
 // Freeze stops every process of the instance with the cgroup freezer.
@@ -34,9 +35,9 @@ func (r *Runtime) setFrozen(ctx context.Context, ref torpor.InstanceRef, frozen 
 	}
 	switch {
 	case in == nil:
-		return stateError(verb, torpor.InstanceStatus{State: torpor.InstanceMissing})
+		return instances.StateError(verb, torpor.InstanceStatus{State: torpor.InstanceMissing})
 	case !alive:
-		return stateError(verb, torpor.InstanceStatus{State: torpor.InstanceStopped})
+		return instances.StateError(verb, torpor.InstanceStatus{State: torpor.InstanceStopped})
 	}
 	// Writing the state it is already in is harmless, so there is no
 	// need to read it first.
@@ -47,19 +48,6 @@ func (r *Runtime) setFrozen(ctx context.Context, ref torpor.InstanceRef, frozen 
 	}
 	if err != nil {
 		return fmt.Errorf("runc: %s %s: %w", verb, id, err)
-	}
-	return nil
-}
-
-// stateError refuses a verb that needs a live instance: not_found when
-// there is none, conflict when it has stopped.
-func stateError(verb string, st torpor.InstanceStatus) error {
-	switch st.State {
-	case torpor.InstanceMissing:
-		return torpor.Errorf(torpor.ENotFound, "cannot %s: the sandbox has no instance", verb)
-	case torpor.InstanceStopped:
-		return &torpor.Error{Code: torpor.EConflict, Reason: "state",
-			Message: fmt.Sprintf("cannot %s: the sandbox's instance has stopped", verb)}
 	}
 	return nil
 }

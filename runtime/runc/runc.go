@@ -38,6 +38,7 @@ import (
 	"github.com/torpor-dev/torpor/initproc"
 	"github.com/torpor-dev/torpor/keyedmutex"
 	"github.com/torpor-dev/torpor/network"
+	"github.com/torpor-dev/torpor/runtime/instances"
 )
 
 // Kind is the runtime's name.
@@ -246,15 +247,7 @@ func (r *Runtime) diskExists(id string) bool {
 
 // checkRef validates the sandbox id (before it reaches any path) and the
 // handle.
-func checkRef(ref torpor.InstanceRef) (string, error) {
-	if !torpor.ValidID(ref.SandboxID) {
-		return "", torpor.Invalid("sandbox_id", "invalid sandbox id %q", ref.SandboxID)
-	}
-	if err := parseHandle(ref.SandboxID, ref.Handle); err != nil {
-		return "", err
-	}
-	return ref.SandboxID, nil
-}
+func checkRef(ref torpor.InstanceRef) (string, error) { return instances.CheckRef(ref, parseHandle) }
 
 // List returns the ids of the sandboxes that have a directory, a runc
 // container or a cgroup under the parent.

@@ -92,13 +92,13 @@ func (r *Runtime) failure(id string) *torpor.Failure {
 		if ooms > 0 {
 			msg += " (the sandbox ran out of memory)"
 		}
-		return &torpor.Failure{Code: torpor.FailureSetup, Message: withOutput(msg, res.Output), ExitCode: &code}
+		return &torpor.Failure{Code: torpor.FailureSetup, Message: instances.WithOutput(msg, res.Output), ExitCode: &code}
 	case ok && res.Kind == torpor.FailureEntrypoint:
 		if ooms > 0 && (res.ExitCode != 0 || res.Signal != "") {
 			return &torpor.Failure{Code: torpor.FailureOOM, ExitCode: &code,
 				Message: "the sandbox ran out of memory: " + initproc.SandboxText(res.Message, 512)}
 		}
-		return &torpor.Failure{Code: torpor.FailureEntrypoint, Message: withOutput(res.Message, res.Output), ExitCode: &code}
+		return &torpor.Failure{Code: torpor.FailureEntrypoint, Message: instances.WithOutput(res.Message, res.Output), ExitCode: &code}
 	case ok && res.Kind == initproc.KindTerminated:
 		// Init itself stands for the entrypoint of an idle sandbox.
 		return &torpor.Failure{Code: torpor.FailureEntrypoint, Message: initproc.SandboxText(res.Message, 1024), ExitCode: &code}
@@ -110,15 +110,6 @@ func (r *Runtime) failure(id string) *torpor.Failure {
 	return &torpor.Failure{Code: torpor.FailureRuntime, Message: "the sandbox's init exited without a report"}
 }
 
-// withOutput appends the tail of a command's output to msg.
-func withOutput(msg, output string) string {
-	msg = initproc.SandboxText(msg, 1024)
-	if output = initproc.SandboxText(output, 2048); output != "" {
-		msg += "; output:\n" + output
-	}
-	return msg
-}
-
 // Wait blocks until the instance's init exits (or ctx ends) and returns
 // the status as Inspect would.
 func (r *Runtime) Wait(ctx context.Context, ref torpor.InstanceRef) (torpor.InstanceStatus, error) {
@@ -126,13 +117,5 @@ func (r *Runtime) Wait(ctx context.Context, ref torpor.InstanceRef) (torpor.Inst
 	if err != nil {
 		return torpor.InstanceStatus{}, err
 	}
-	for {
-		st, in, err := r.inspect(ctx, id)
-		if err != nil || (st.State != torpor.InstanceRunning && st.State != torpor.InstanceFrozen) {
-			return st, err
-		}
-		if err := in.Wait(ctx); err != nil {
-			return st, err
-		}
-	}
+	return instances.Wait(ctx, id, r.inspect, func(ctx context.Context, in *instance) error { return in.Wait(ctx) })
 }

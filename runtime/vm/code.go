@@ -14,6 +14,7 @@ import (
 
 	"github.com/torpor-dev/torpor"
 	"github.com/torpor-dev/torpor/initproc"
+	"github.com/torpor-dev/torpor/runtime/instances"
 	"github.com/torpor-dev/torpor/runtime/vm/proto"
 )
 
@@ -112,10 +113,8 @@ func (r *Runtime) codeCall(ctx context.Context, ref torpor.InstanceRef, req init
 
 // codeFailure explains a broken conversation with the code server.
 func (r *Runtime) codeFailure(ctx context.Context, id string, err error) error {
-	if st, _, ierr := r.inspect(ctx, id); ierr == nil {
-		if serr := execStateError(st); serr != nil {
-			return serr
-		}
+	if serr := instances.ExecRefusal(ctx, r, id); serr != nil {
+		return serr
 	}
 	return fmt.Errorf("vm: code server of %s: %w", id, err)
 }

@@ -4,10 +4,9 @@ import (
 	"context"
 	"errors"
 	"io"
-	"path"
-	"strings"
 
 	"github.com/torpor-dev/torpor"
+	"github.com/torpor-dev/torpor/runtime/instances"
 	"github.com/torpor-dev/torpor/runtime/vm/proto"
 )
 
@@ -20,7 +19,7 @@ func (r *Runtime) Exec(ctx context.Context, ref torpor.InstanceRef, req torpor.E
 	if err != nil {
 		return torpor.ExecResult{}, err
 	}
-	if err := validateExec(req); err != nil {
+	if err := instances.ValidateExec(req); err != nil {
 		return torpor.ExecResult{}, err
 	}
 	ac, release, err := r.liveAgent(ctx, id, "exec in")
@@ -56,10 +55,8 @@ func (r *Runtime) Exec(ctx context.Context, ref torpor.InstanceRef, req torpor.E
 	var res proto.ExecResult
 	if err := ac.await(ctx, rid, ch, &res); err != nil {
 		if errors.Is(err, errAgentGone) {
-			if st, _, ierr := r.inspect(ctx, id); ierr == nil {
-				if serr := execStateError(st); serr != nil {
-					return torpor.ExecResult{}, serr
-				}
+			if serr := instances.ExecRefusal(ctx, r, id); serr != nil {
+				return torpor.ExecResult{}, serr
 			}
 		}
 		return torpor.ExecResult{}, agentError(id, err)
@@ -81,7 +78,7 @@ func (r *Runtime) liveAgent(ctx context.Context, id, verb string) (*agentConn, f
 	if st.State == torpor.InstanceFrozen {
 		return nil, nil, torpor.WrongState(verb, torpor.StatePaused)
 	}
-	if err := stateError(verb, st); err != nil {
+	if err := instances.StateError(verb, st); err != nil {
 		return nil, nil, err
 	}
 	ac, release, err := r.agents.get(ctx, r.sandboxPath(id, agentSock))
@@ -89,36 +86,4 @@ func (r *Runtime) liveAgent(ctx context.Context, id, verb string) (*agentConn, f
 		return nil, nil, agentError(id, err)
 	}
 	return ac, release, nil
-}
-
-func validateExec(req torpor.ExecRequest) error {
-	if len(req.Cmd) == 0 || req.Cmd[0] == "" {
-		return torpor.Invalid("cmd", "a command is required")
-	}
-	for _, a := range req.Cmd {
-		if strings.ContainsRune(a, 0) {
-			return torpor.Invalid("cmd", "a command argument holds a NUL byte")
-		}
-	}
-	if req.Cwd != "" && (!path.IsAbs(req.Cwd) || strings.ContainsRune(req.Cwd, 0)) {
-		return torpor.Invalid("cwd", "the working directory must be an absolute path")
-	}
-	if req.Timeout < 0 {
-		return torpor.Invalid("timeout", "the timeout cannot be negative")
-	}
-	if strings.ContainsRune(req.User, 0) {
-		return torpor.Invalid("user", "the user holds a NUL byte")
-	}
-	return torpor.CheckEnv("env", req.Env)
-}
-
-// execStateError refuses exec into an instance that is not running.
-func execStateError(st torpor.InstanceStatus) error {
-	if st.State == torpor.InstanceFrozen {
-		return torpor.WrongState("exec in", torpor.StatePaused)
-	}
-	if err := stateError("exec", st); err != nil {
-		return err
-	}
-	return nil
 }

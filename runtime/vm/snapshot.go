@@ -55,7 +55,7 @@ func (r *Runtime) Snapshot(ctx context.Context, ref torpor.InstanceRef) (torpor.
 			return info, nil
 		}
 	}
-	if err := stateError("snapshot", st); err != nil {
+	if err := instances.StateError("snapshot", st); err != nil {
 		return torpor.SnapshotInfo{}, err
 	}
 	var m machine
@@ -270,7 +270,7 @@ func (r *Runtime) Restore(ctx context.Context, ref torpor.InstanceRef) (string, 
 	if err != nil {
 		return "", err
 	}
-	if st.State == torpor.InstanceRunning || st.State == torpor.InstanceFrozen {
+	if instances.Live(st) {
 		return in.handle(id), nil
 	}
 	var meta snapMeta

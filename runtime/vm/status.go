@@ -172,20 +172,11 @@ func failureOf(res *proto.Result) *torpor.Failure {
 	code := res.ExitCode
 	switch res.Kind {
 	case torpor.FailureSetup, torpor.FailureEntrypoint:
-		return &torpor.Failure{Code: res.Kind, Message: withOutput(res.Message, res.Output), ExitCode: &code}
+		return &torpor.Failure{Code: res.Kind, Message: instances.WithOutput(res.Message, res.Output), ExitCode: &code}
 	case torpor.FailureOOM:
 		return &torpor.Failure{Code: torpor.FailureOOM, Message: initproc.SandboxText(res.Message, 512), ExitCode: &code}
 	}
-	return &torpor.Failure{Code: torpor.FailureRuntime, Message: withOutput(res.Message, res.Output)}
-}
-
-// withOutput appends the tail of a command's output to msg.
-func withOutput(msg, output string) string {
-	msg = initproc.SandboxText(msg, 1024)
-	if output = initproc.SandboxText(output, 2048); output != "" {
-		msg += "; output:\n" + output
-	}
-	return msg
+	return &torpor.Failure{Code: torpor.FailureRuntime, Message: instances.WithOutput(res.Message, res.Output)}
 }
 
 // endQEMU asks QEMU to quit (it flushes the disk's image) and waits for
@@ -318,24 +309,11 @@ func (r *Runtime) setFrozen(ctx context.Context, ref torpor.InstanceRef, frozen 
 	switch {
 	case st.State == torpor.InstanceRunning && !frozen, st.State == torpor.InstanceFrozen && frozen:
 		return nil
-	case st.State != torpor.InstanceRunning && st.State != torpor.InstanceFrozen:
-		return stateError(verb, st)
+	case !instances.Live(st):
+		return instances.StateError(verb, st)
 	}
 	if err := qmpDo(ctx, r.sandboxPath(id, qmpSock), cmd, nil, nil); err != nil {
 		return fmt.Errorf("vm: %s %s: %w", verb, id, err)
-	}
-	return nil
-}
-
-// stateError refuses a verb that needs a live instance: not_found when
-// there is none, conflict when it has stopped.
-func stateError(verb string, st torpor.InstanceStatus) error {
-	switch st.State {
-	case torpor.InstanceMissing:
-		return torpor.Errorf(torpor.ENotFound, "cannot %s: the sandbox has no instance", verb)
-	case torpor.InstanceStopped:
-		return &torpor.Error{Code: torpor.EConflict, Reason: "state",
-			Message: fmt.Sprintf("cannot %s: the sandbox's instance has stopped", verb)}
 	}
 	return nil
 }
@@ -348,15 +326,7 @@ func (r *Runtime) Wait(ctx context.Context, ref torpor.InstanceRef) (torpor.Inst
 	if err != nil {
 		return torpor.InstanceStatus{}, err
 	}
-	for {
-		st, in, err := r.inspect(ctx, id)
-		if err != nil || (st.State != torpor.InstanceRunning && st.State != torpor.InstanceFrozen) {
-			return st, err
-		}
-		if err := r.waitOnce(ctx, id, in); err != nil {
-			return st, err
-		}
-	}
+	return instances.Wait(ctx, id, r.inspect, func(ctx context.Context, in *instance) error { return r.waitOnce(ctx, id, in) })
 }
 
 // waitOnce returns when QEMU exits or the agent reports the end (which
