@@ -1,13 +1,9 @@
 package runc
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"path"
@@ -18,84 +14,21 @@ import (
 
 	"github.com/torpor-dev/torpor"
 	"github.com/torpor-dev/torpor/initproc"
-	"github.com/torpor-dev/torpor/runtime/instances"
 )
 
-var _ torpor.CodeRunner = (*Runtime)(nil)
-
-// codeGrace is how long past a snippet's timeout the daemon waits for the
-// code server's answer before it gives up on the connection.
-const codeGrace = 5 * time.Second
-
-// maxCodeAnswer bounds the code server's answer.
-const maxCodeAnswer = 64 << 20
+var (
+	_ torpor.CodeRunner    = (*Runtime)(nil)
+	_ torpor.ProcessRunner = (*Runtime)(nil)
+)
 
 // RunCode runs a snippet in the sandbox's code server (`torpor init
 // code-server`), which keeps one interpreter per language. The server is
 // started on first use through Exec; it outlives that exec and lives as
 // long as the instance. The daemon reaches it through the unix socket
 // code.sock in the sandbox's run directory, opened without following
-// anything the sandbox may have put there.
+// anything the sandbox may have put there (codeConn).
 func (r *Runtime) RunCode(ctx context.Context, ref torpor.InstanceRef, req torpor.CodeRequest) (torpor.CodeResult, error) {
-	id, err := checkRef(ref)
-	if err != nil {
-		return torpor.CodeResult{}, err
-	}
-	if err := torpor.ValidateCode(req); err != nil {
-		return torpor.CodeResult{}, err
-	}
-	c, err := r.codeConn(ctx, ref, id)
-	if err != nil {
-		return torpor.CodeResult{}, err
-	}
-	defer c.Close()
-	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })
-	defer stop()
-	if req.Timeout > 0 {
-		_ = c.SetDeadline(time.Now().Add(req.Timeout + codeGrace))
-	}
-	b, _ := json.Marshal(initproc.NewCodeRequest(req))
-	if _, err := c.Write(append(b, '\n')); err != nil {
-		return torpor.CodeResult{}, r.codeFailure(ctx, id, err)
-	}
-	line, err := bufio.NewReaderSize(io.LimitReader(c, maxCodeAnswer), 64<<10).ReadBytes('\n')
-	if err != nil {
-		if ctx.Err() != nil {
-			return torpor.CodeResult{}, ctx.Err()
-		}
-		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() {
-			return torpor.CodeResult{TimedOut: true, Context: torpor.ContextExisting,
-				Error: &torpor.CodeError{Name: "TimeoutError", Value: "the code server did not answer in time"}}, nil
-		}
-		return torpor.CodeResult{}, r.codeFailure(ctx, id, err)
-	}
-	var res initproc.CodeResponse
-	if err := json.Unmarshal(line, &res); err != nil {
-		return torpor.CodeResult{}, fmt.Errorf("runc: code server of %s answered badly: %w", id, err)
-	}
-	switch {
-	case res.Refused != nil:
-		return torpor.CodeResult{}, res.RefusedError()
-	case res.Missing != "":
-		return torpor.CodeResult{}, &torpor.Error{Code: torpor.EInvalid, Param: "language",
-			Message: fmt.Sprintf("%s is not installed in this sandbox; %s needs a template that has it (e.g. `torpor template build python --debian bookworm --packages python3`)",
-				initproc.SandboxText(res.Missing, 64), req.Language)}
-	case res.Fail != "":
-		return torpor.CodeResult{}, fmt.Errorf("runc: code server of %s: %s", id, initproc.SandboxText(res.Fail, 1024))
-	}
-	if res.Context != torpor.ContextNew {
-		res.Context = torpor.ContextExisting
-	}
-	return res.CodeResult, nil
-}
-
-// codeFailure explains a broken conversation with the code server.
-func (r *Runtime) codeFailure(ctx context.Context, id string, err error) error {
-	if serr := instances.ExecRefusal(ctx, r, id); serr != nil {
-		return serr
-	}
-	return fmt.Errorf("runc: code server of %s: %w", id, err)
+	return r.code.RunCode(ctx, ref, req)
 }
 
 // codeConn connects to the sandbox's code server, starting it first when

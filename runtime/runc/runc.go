@@ -101,6 +101,8 @@ type Runtime struct {
 	resolvConf string
 	locks      keyedmutex.Mutex
 	live       liveSet
+	// code is the host's side of the sandboxes' code servers.
+	code instances.CodeServer
 	// codeStarts serialises starting a sandbox's code server.
 	codeStarts keyedmutex.Mutex
 }
@@ -163,7 +165,8 @@ func New(cfg Config) (*Runtime, error) {
 	if r.log == nil {
 		r.log = slog.Default()
 	}
-	r.ProcessClient = initproc.ProcessClient{Send: r.sendProc, Who: "runc"}
+	r.code = instances.CodeServer{Who: Kind, CheckRef: checkRef, Conn: r.codeConn, Runtime: r}
+	r.ProcessClient = initproc.ProcessClient{Send: r.code.Send, Who: Kind}
 	for _, d := range []string{r.runcRoot, filepath.Join(dir, "sandboxes")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("runc: %w", err)

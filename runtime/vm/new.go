@@ -61,7 +61,8 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	if r.net != nil {
 		r.resolvConf = cfg.ResolvConf
 	}
-	r.ProcessClient = initproc.ProcessClient{Send: r.sendProc, Who: "vm"}
+	r.code = instances.CodeServer{Who: Kind, CheckRef: checkRef, Conn: r.codeConn, Runtime: r}
+	r.ProcessClient = initproc.ProcessClient{Send: r.code.Send, Who: Kind}
 	if r.log == nil {
 		r.log = slog.Default()
 	}

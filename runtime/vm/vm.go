@@ -135,6 +135,8 @@ type Runtime struct {
 	locks   keyedmutex.Mutex
 	buildMu sync.Mutex
 	imageMu keyedmutex.Mutex
+	// code is the host's side of the guests' code servers.
+	code instances.CodeServer
 	// codeStarts serialises starting a sandbox's code server.
 	codeStarts keyedmutex.Mutex
 	agents     agentPool
