@@ -8,6 +8,7 @@ import (
 
 	"github.com/torpor-dev/torpor"
 	"github.com/torpor-dev/torpor/initproc"
+	"github.com/torpor-dev/torpor/keyedmutex"
 )
 
 // CheckRef validates the sandbox id (before it reaches any path) and,
@@ -71,20 +72,52 @@ func ExecRefusal(ctx context.Context, rt Inspector, id string) error {
 	return ExecStateError(st)
 }
 
-// Wait blocks until inspect finds the instance of sandbox id neither
-// running nor frozen, or ctx ends, and returns that status as Inspect
-// would. Between looks it calls wait with what inspect returned of the
-// instance (its record), which returns when the instance may have ended.
-func Wait[I any](ctx context.Context, id string, inspect func(context.Context, string) (torpor.InstanceStatus, I, error), wait func(context.Context, I) error) (torpor.InstanceStatus, error) {
+// Inspect checks ref with checkRef and returns the status inspect finds
+// of its instance: a runtime's Inspect.
+func Inspect[I any](ctx context.Context, ref torpor.InstanceRef, checkRef func(torpor.InstanceRef) (string, error), inspect func(context.Context, string) (torpor.InstanceStatus, I, error)) (torpor.InstanceStatus, error) {
+	id, err := checkRef(ref)
+	if err != nil {
+		return torpor.InstanceStatus{}, err
+	}
+	st, _, err := inspect(ctx, id)
+	return st, err
+}
+
+// Wait checks ref with checkRef and blocks until inspect finds its
+// instance neither running nor frozen, or ctx ends, and returns that
+// status as Inspect would: a runtime's Wait. Between looks it calls wait
+// with the sandbox's id and what inspect returned of its instance (the
+// record), which returns when the instance may have ended.
+func Wait[I any](ctx context.Context, ref torpor.InstanceRef, checkRef func(torpor.InstanceRef) (string, error), inspect func(context.Context, string) (torpor.InstanceStatus, I, error), wait func(ctx context.Context, id string, in I) error) (torpor.InstanceStatus, error) {
+	id, err := checkRef(ref)
+	if err != nil {
+		return torpor.InstanceStatus{}, err
+	}
 	for {
 		st, in, err := inspect(ctx, id)
 		if err != nil || !Live(st) {
 			return st, err
 		}
-		if err := wait(ctx, in); err != nil {
+		if err := wait(ctx, id, in); err != nil {
 			return st, err
 		}
 	}
+}
+
+// Locked checks ref with checkRef and runs f on its sandbox while holding
+// the sandbox's lock in locks, so that the verbs that change a sandbox
+// (Stop, Destroy) never overlap. f's error is prefixed with what (such as
+// "runc: stop") and the sandbox's id.
+func Locked(locks *keyedmutex.Mutex, ref torpor.InstanceRef, checkRef func(torpor.InstanceRef) (string, error), what string, f func(id string) error) error {
+	id, err := checkRef(ref)
+	if err != nil {
+		return err
+	}
+	defer locks.Lock(id)()
+	if err := f(id); err != nil {
+		return fmt.Errorf("%s %s: %w", what, id, err)
+	}
+	return nil
 }
 
 // WithOutput appends the tail of a command's output to msg, both as

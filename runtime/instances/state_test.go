@@ -56,7 +56,9 @@ func TestWaitLooksUntilTheInstanceStops(t *testing.T) {
 		looks++
 		return st, looks, nil
 	}
-	st, err := Wait(context.Background(), "sbx1", inspect, func(ctx context.Context, look int) error {
+	check := func(ref torpor.InstanceRef) (string, error) { return ref.SandboxID, nil }
+	ref := torpor.InstanceRef{SandboxID: "sbx1"}
+	st, err := Wait(context.Background(), ref, check, inspect, func(ctx context.Context, id string, look int) error {
 		if look != looks {
 			t.Errorf("wait got the record of look %d, want %d", look, looks)
 		}
@@ -69,7 +71,7 @@ func TestWaitLooksUntilTheInstanceStops(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	looks = 0
-	if _, err := Wait(ctx, "sbx1", inspect, func(ctx context.Context, _ int) error { return ctx.Err() }); !errors.Is(err, context.Canceled) {
+	if _, err := Wait(ctx, ref, check, inspect, func(ctx context.Context, _ string, _ int) error { return ctx.Err() }); !errors.Is(err, context.Canceled) {
 		t.Errorf("Wait with an ended context = %v", err)
 	}
 }

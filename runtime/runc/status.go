@@ -14,12 +14,7 @@ import (
 // Inspect tells whether the instance runs, is frozen, has stopped (and
 // why) or is missing.
 func (r *Runtime) Inspect(ctx context.Context, ref torpor.InstanceRef) (torpor.InstanceStatus, error) {
-	id, err := checkRef(ref)
-	if err != nil {
-		return torpor.InstanceStatus{}, err
-	}
-	st, _, err := r.inspect(ctx, id)
-	return st, err
+	return instances.Inspect(ctx, ref, checkRef, r.inspect)
 }
 
 // inspect returns the status and the instance record (nil when missing).
@@ -113,9 +108,5 @@ func (r *Runtime) failure(id string) *torpor.Failure {
 // Wait blocks until the instance's init exits (or ctx ends) and returns
 // the status as Inspect would.
 func (r *Runtime) Wait(ctx context.Context, ref torpor.InstanceRef) (torpor.InstanceStatus, error) {
-	id, err := checkRef(ref)
-	if err != nil {
-		return torpor.InstanceStatus{}, err
-	}
-	return instances.Wait(ctx, id, r.inspect, func(ctx context.Context, in *instance) error { return in.Wait(ctx) })
+	return instances.Wait(ctx, ref, checkRef, r.inspect, func(ctx context.Context, _ string, in *instance) error { return in.Wait(ctx) })
 }

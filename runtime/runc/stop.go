@@ -11,46 +11,35 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/torpor-dev/torpor"
+	"github.com/torpor-dev/torpor/runtime/instances"
 )
 
 // Stop ends the instance's processes and removes the container, keeping the
 // sandbox's disk. Stopping a missing instance succeeds.
 func (r *Runtime) Stop(ctx context.Context, ref torpor.InstanceRef) error {
-	id, err := checkRef(ref)
-	if err != nil {
-		return err
-	}
-	defer r.locks.Lock(id)()
-	if err := r.removeInstance(ctx, id); err != nil {
-		return fmt.Errorf("runc: stop %s: %w", id, err)
-	}
-	return nil
+	return instances.Locked(&r.locks, ref, checkRef, "runc: stop", func(id string) error {
+		return r.removeInstance(ctx, id)
+	})
 }
 
 // Destroy ends the instance and removes everything of the sandbox: its
 // disk, bundle, run directory, cgroups and mounts. Destroying a missing
 // sandbox succeeds.
 func (r *Runtime) Destroy(ctx context.Context, ref torpor.InstanceRef) error {
-	id, err := checkRef(ref)
-	if err != nil {
-		return err
-	}
-	defer r.locks.Lock(id)()
-	if err := r.removeInstance(ctx, id); err != nil {
-		return fmt.Errorf("runc: destroy %s: %w", id, err)
-	}
-	if r.net != nil {
-		if err := r.net.Release(ctx, r.netnsPath(id)); err != nil {
-			return fmt.Errorf("runc: destroy %s: %w", id, err)
+	return instances.Locked(&r.locks, ref, checkRef, "runc: destroy", func(id string) error {
+		if err := r.removeInstance(ctx, id); err != nil {
+			return err
 		}
-	}
-	if mounted(r.rootfsDir(id)) {
-		return fmt.Errorf("runc: destroy %s: %s is still mounted", id, r.rootfsDir(id))
-	}
-	if err := os.RemoveAll(r.sandboxDir(id)); err != nil {
-		return fmt.Errorf("runc: destroy %s: %w", id, err)
-	}
-	return nil
+		if r.net != nil {
+			if err := r.net.Release(ctx, r.netnsPath(id)); err != nil {
+				return err
+			}
+		}
+		if mounted(r.rootfsDir(id)) {
+			return fmt.Errorf("%s is still mounted", r.rootfsDir(id))
+		}
+		return os.RemoveAll(r.sandboxDir(id))
+	})
 }
 
 // removeInstance kills the instance (thawing it first: a frozen process

@@ -55,12 +55,7 @@ func (r *Runtime) loadInstance(id string) (*instance, error) {
 // Inspect tells whether the VM runs, is frozen, has stopped (and why) or
 // is missing (never booted, stopped by the runtime, or snapshotted).
 func (r *Runtime) Inspect(ctx context.Context, ref torpor.InstanceRef) (torpor.InstanceStatus, error) {
-	id, err := checkRef(ref)
-	if err != nil {
-		return torpor.InstanceStatus{}, err
-	}
-	st, _, err := r.inspect(ctx, id)
-	return st, err
+	return instances.Inspect(ctx, ref, checkRef, r.inspect)
 }
 
 // inspect returns the status and the instance record (nil when missing).
@@ -236,49 +231,39 @@ func (r *Runtime) removeInstance(ctx context.Context, id string) error {
 // Stop ends the VM and keeps the disk; a snapshot is dropped. Stopping a
 // missing instance succeeds.
 func (r *Runtime) Stop(ctx context.Context, ref torpor.InstanceRef) error {
-	id, err := checkRef(ref)
-	if err != nil {
-		return err
-	}
-	defer r.locks.Lock(id)()
-	if err := r.removeInstance(ctx, id); err != nil {
-		return fmt.Errorf("vm: stop %s: %w", id, err)
-	}
-	if err := r.dropSnapshot(id); err != nil {
-		return fmt.Errorf("vm: stop %s: %w", id, err)
-	}
-	return nil
+	return instances.Locked(&r.locks, ref, checkRef, "vm: stop", func(id string) error {
+		if err := r.removeInstance(ctx, id); err != nil {
+			return err
+		}
+		return r.dropSnapshot(id)
+	})
 }
 
 // Destroy ends the VM at once and removes everything of the sandbox: its
 // disk, snapshot and records, and gives its address back. Destroying a
 // missing sandbox succeeds.
 func (r *Runtime) Destroy(ctx context.Context, ref torpor.InstanceRef) error {
-	id, err := checkRef(ref)
-	if err != nil {
-		return err
-	}
-	defer r.locks.Lock(id)()
-	r.agents.drop(r.sandboxPath(id, agentSock))
-	in, _ := r.loadInstance(id)
-	if in != nil {
-		_ = in.Kill(context.Background())
-		if in.Alive() {
-			return fmt.Errorf("vm: destroy %s: QEMU (pid %d) does not exit", id, in.PID)
+	return instances.Locked(&r.locks, ref, checkRef, "vm: destroy", func(id string) error {
+		r.agents.drop(r.sandboxPath(id, agentSock))
+		if in, _ := r.loadInstance(id); in != nil {
+			_ = in.Kill(context.Background())
+			if in.Alive() {
+				return fmt.Errorf("QEMU (pid %d) does not exit", in.PID)
+			}
 		}
-	}
-	if r.net != nil {
-		if err := r.net.Release(ctx, r.netnsPath(id)); err != nil {
-			return fmt.Errorf("vm: destroy %s: %w", id, err)
+		if r.net != nil {
+			if err := r.net.Release(ctx, r.netnsPath(id)); err != nil {
+				return err
+			}
 		}
-	}
-	// A namespace left by a runtime that had a network (this one has
-	// none now) would keep the directory busy.
-	_ = unix.Unmount(r.netnsPath(id), unix.MNT_DETACH)
-	if err := os.RemoveAll(r.sandboxDir(id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("vm: destroy %s: %w", id, err)
-	}
-	return nil
+		// A namespace left by a runtime that had a network (this one has
+		// none now) would keep the directory busy.
+		_ = unix.Unmount(r.netnsPath(id), unix.MNT_DETACH)
+		if err := os.RemoveAll(r.sandboxDir(id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		return nil
+	})
 }
 
 // Freeze stops the VM's vCPUs (QMP stop); its memory stays. Freezing a
@@ -322,11 +307,7 @@ func (r *Runtime) setFrozen(ctx context.Context, ref torpor.InstanceRef, frozen 
 // status as Inspect would. It watches both QEMU and the agent, whose
 // answer comes the moment the entrypoint exits.
 func (r *Runtime) Wait(ctx context.Context, ref torpor.InstanceRef) (torpor.InstanceStatus, error) {
-	id, err := checkRef(ref)
-	if err != nil {
-		return torpor.InstanceStatus{}, err
-	}
-	return instances.Wait(ctx, id, r.inspect, func(ctx context.Context, in *instance) error { return r.waitOnce(ctx, id, in) })
+	return instances.Wait(ctx, ref, checkRef, r.inspect, r.waitOnce)
 }
 
 // waitOnce returns when QEMU exits or the agent reports the end (which
