@@ -66,7 +66,7 @@ func validateBoot(spec torpor.BootSpec) error {
 	if err := spec.Validate(); err != nil {
 		return err
 	}
-	return validateLowers(spec.Template)
+	return instances.ValidateTemplate(spec.Template)
 }
 
 // start prepares the sandbox's directories, mounts its root and runs the

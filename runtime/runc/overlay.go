@@ -9,8 +9,6 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/torpor-dev/torpor"
 )
 
 // maxMountData is the most mount(2) passes to a file system as its
@@ -110,25 +108,6 @@ func mountOverlayFD(lowers []string, upper, work, target string) error {
 	defer unix.Close(mfd)
 	if err := unix.MoveMount(mfd, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
 		return fmt.Errorf("move_mount: %w", err)
-	}
-	return nil
-}
-
-// validateLowers checks the template's read-only directories before
-// anything is mounted: absolute paths without the characters overlayfs'
-// options use as separators, each an existing directory.
-func validateLowers(t torpor.Template) error {
-	lowers := t.LowerDirs()
-	if len(lowers) == 0 {
-		return torpor.Invalid("template", "template %q has no root filesystem", t.Name)
-	}
-	for _, l := range lowers {
-		if !filepath.IsAbs(l) || strings.ContainsAny(l, ",:\\\x00") {
-			return torpor.Invalid("template", "template %q has no usable root filesystem path", t.Name)
-		}
-		if fi, err := os.Stat(l); err != nil || !fi.IsDir() {
-			return torpor.Invalid("template", "root filesystem of template %q is missing", t.Name)
-		}
 	}
 	return nil
 }

@@ -2,9 +2,9 @@ package runc
 
 import (
 	"runtime"
-	"sort"
 
 	"github.com/torpor-dev/torpor"
+	"github.com/torpor-dev/torpor/initproc"
 )
 
 // Paths inside the sandbox.
@@ -19,7 +19,6 @@ const (
 
 // Defaults the OCI config applies.
 const (
-	defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 	// defaultPids bounds the processes of a sandbox whose resources say 0,
 	// so that a fork bomb cannot take the host down.
 	defaultPids = 4096
@@ -166,7 +165,7 @@ func buildSpec(in specInput) ociSpec {
 		OCIVersion: "1.0.2",
 		Process: ociProcess{
 			Args: args,
-			Env:  buildEnv(b.Env),
+			Env:  initproc.SandboxEnv(b.Env),
 			Cwd:  workingDir(b.Template),
 			Capabilities: ociCapabilities{
 				Bounding: defaultCaps, Effective: defaultCaps, Permitted: defaultCaps, Ambient: defaultCaps,
@@ -204,21 +203,6 @@ func buildSpec(in specInput) ociSpec {
 			Seccomp: defaultSeccomp(),
 		},
 	}
-}
-
-// buildEnv returns the sandbox's environment, sorted: PATH, HOME and TERM
-// unless env sets them, then env.
-func buildEnv(env map[string]string) []string {
-	all := map[string]string{"PATH": defaultPath, "HOME": "/root", "TERM": "xterm"}
-	for k, v := range env {
-		all[k] = v
-	}
-	out := make([]string, 0, len(all))
-	for k, v := range all {
-		out = append(out, k+"="+v)
-	}
-	sort.Strings(out)
-	return out
 }
 
 // buildResources turns the sandbox's limits into cgroup settings: memory

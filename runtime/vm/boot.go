@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/torpor-dev/torpor"
+	"github.com/torpor-dev/torpor/runtime/instances"
 	"github.com/torpor-dev/torpor/runtime/vm/proto"
 )
 
@@ -250,7 +251,7 @@ func validateBoot(spec torpor.BootSpec) error {
 	if spec.Resources.VCPUs > 64 {
 		return torpor.Invalid("resources.vcpus", "a VM has at most 64 vCPUs")
 	}
-	return validateTemplate(spec.Template)
+	return instances.ValidateTemplate(spec.Template)
 }
 
 // removeFiles removes files of the sandbox's directory; missing is fine.

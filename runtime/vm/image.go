@@ -21,24 +21,6 @@ import (
 	"github.com/torpor-dev/torpor"
 )
 
-// validateTemplate checks the template's read-only directories before
-// anything is built from them.
-func validateTemplate(t torpor.Template) error {
-	lowers := t.LowerDirs()
-	if len(lowers) == 0 {
-		return torpor.Invalid("template", "template %q has no root filesystem", t.Name)
-	}
-	for _, l := range lowers {
-		if !filepath.IsAbs(l) || strings.ContainsAny(l, ",:\\\x00") {
-			return torpor.Invalid("template", "template %q has no usable root filesystem path", t.Name)
-		}
-		if fi, err := os.Stat(l); err != nil || !fi.IsDir() {
-			return torpor.Invalid("template", "root filesystem of template %q is missing", t.Name)
-		}
-	}
-	return nil
-}
-
 // imageKey names a template's image: its digest and layer directories
 // (with their identity on disk, so a template rebuilt in place gets a new
 // image) and the way images are made.

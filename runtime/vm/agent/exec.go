@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/torpor-dev/torpor"
+	"github.com/torpor-dev/torpor/initproc"
 	"github.com/torpor-dev/torpor/runtime/exitstatus"
 	"github.com/torpor-dev/torpor/runtime/vm/proto"
 )
@@ -54,7 +55,7 @@ func (s *sandbox) exec(ctx context.Context, c *proto.Conn, id uint64, req proto.
 	if len(req.Cmd) == 0 || req.Cmd[0] == "" {
 		return nil, torpor.Invalid("cmd", "a command is required")
 	}
-	env := mergeEnv(s.environ(), req.Env)
+	env := initproc.MergeEnv(s.environ(), req.Env)
 	cwd := req.Cwd
 	if cwd == "" {
 		cwd = "/"

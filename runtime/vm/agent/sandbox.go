@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/torpor-dev/torpor"
 	"github.com/torpor-dev/torpor/files"
+	"github.com/torpor-dev/torpor/initproc"
 	"github.com/torpor-dev/torpor/runtime/exitstatus"
 	"github.com/torpor-dev/torpor/runtime/vm/proto"
 )
@@ -30,7 +30,6 @@ const (
 	cgroupRoot = "/sys/fs/cgroup"
 	// sandboxCgroup holds every sandbox process; the agent stays outside.
 	sandboxCgroup = cgroupRoot + "/sandbox"
-	defaultPath   = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 	// maxOutputTail bounds the output a failure report carries.
 	maxOutputTail = 4 << 10
 	// settleGrace is how long output is still collected after a command
@@ -68,43 +67,7 @@ func newSandbox(r *reaper) (*sandbox, error) {
 	for _, c := range []string{"+cpu", "+memory", "+pids"} {
 		_ = os.WriteFile(sandboxCgroup+"/cgroup.subtree_control", []byte(c), 0o644)
 	}
-	return &sandbox{reap: r, exited: make(chan struct{}), env: buildEnv(nil)}, nil
-}
-
-// buildEnv returns the sandbox's environment, sorted: PATH, HOME and TERM
-// unless env sets them, then env (as the runc runtime does).
-func buildEnv(env map[string]string) []string {
-	all := map[string]string{"PATH": defaultPath, "HOME": "/root", "TERM": "xterm"}
-	for k, v := range env {
-		all[k] = v
-	}
-	out := make([]string, 0, len(all))
-	for k, v := range all {
-		out = append(out, k+"="+v)
-	}
-	sort.Strings(out)
-	return out
-}
-
-// mergeEnv returns base with over's variables set (over wins).
-func mergeEnv(base []string, over map[string]string) []string {
-	if len(over) == 0 {
-		return base
-	}
-	m := map[string]string{}
-	for _, kv := range base {
-		k, v, _ := strings.Cut(kv, "=")
-		m[k] = v
-	}
-	for k, v := range over {
-		m[k] = v
-	}
-	out := make([]string, 0, len(m))
-	for k, v := range m {
-		out = append(out, k+"="+v)
-	}
-	sort.Strings(out)
-	return out
+	return &sandbox{reap: r, exited: make(chan struct{}), env: initproc.SandboxEnv(nil)}, nil
 }
 
 // start configures the sandbox, runs the setup commands in order and
@@ -117,7 +80,7 @@ func (s *sandbox) start(ctx context.Context, req proto.Start) (*proto.StartResul
 		return nil, torpor.Errorf(torpor.EConflict, "the sandbox was started already")
 	}
 	s.started = true
-	s.env = buildEnv(req.Env)
+	s.env = initproc.SandboxEnv(req.Env)
 	s.mu.Unlock()
 
 	if !req.Now.IsZero() {
@@ -234,7 +197,7 @@ func lookPath(file string, env []string) (string, error) {
 		}
 		return file, nil
 	}
-	path := defaultPath
+	path := initproc.DefaultPath
 	for _, kv := range env {
 		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
 			path = v
