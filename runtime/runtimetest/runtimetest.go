@@ -851,7 +851,10 @@ func testOOM(t *testing.T, s *suite) {
 
 func testReattachProcesses(t *testing.T, s *suite) {
 	spec := s.spec()
-	spec.Entrypoint = []string{"/bin/sh", "-c", "while [ ! -f /tmp/stop ]; do sleep 0.02; done; exit 5"}
+	// The entrypoint lingers after it sees the file, so that the exec
+	// that made it reports before the instance ends (its end kills every
+	// process of the sandbox, the exec's own included).
+	spec.Entrypoint = []string{"/bin/sh", "-c", "while [ ! -f /tmp/stop ]; do sleep 0.02; done; sleep 0.3; exit 5"}
 	ref := s.boot(t, spec)
 	fresh := s.h.New(t)
 	s.wantState(t, fresh, ref, torpor.InstanceRunning)
