@@ -18,12 +18,13 @@ const (
 	ENotFound        ErrorCode = "not_found"
 	EConflict        ErrorCode = "conflict"
 	EGone            ErrorCode = "gone"
+	ERateLimited     ErrorCode = "rate_limited" // a key over its request rate; RetryAfter says when to send again
 	EUnavailable     ErrorCode = "unavailable"
 	EInternal        ErrorCode = "internal"
 )
 
 // ErrorCodes lists every code, for the tables that map them.
-var ErrorCodes = []ErrorCode{EInvalid, EUnauthenticated, EForbidden, ENotFound, EConflict, EGone, EUnavailable, EInternal}
+var ErrorCodes = []ErrorCode{EInvalid, EUnauthenticated, EForbidden, ENotFound, EConflict, EGone, ERateLimited, EUnavailable, EInternal}
 
 // Error is a failure a caller can act on.
 type Error struct {
@@ -35,7 +36,8 @@ type Error struct {
 	Reason string
 	// State is the sandbox's current state when a verb was refused for it.
 	State State
-	// RetryAfter suggests when to try again (unavailable).
+	// RetryAfter suggests when to try again (unavailable, rate_limited,
+	// a capacity conflict).
 	RetryAfter time.Duration
 }
 

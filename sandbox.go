@@ -273,6 +273,11 @@ type Template struct {
 type Tenant struct {
 	Name      string    `json:"name"`
 	CreatedAt time.Time `json:"created_at"`
+	// Quota bounds what the tenant's sandboxes hold together.
+	Quota Quota `json:"quota"`
+	// Usage is what they hold now; the API fills it in from the engine,
+	// stores do not keep it.
+	Usage *QuotaUsage `json:"usage,omitempty"`
 }
 
 // APIKey authenticates requests for a tenant. Only a hash of the secret is

@@ -54,10 +54,14 @@ type EventFilter struct {
 
 // AuthStore keeps tenants and API keys.
 type AuthStore interface {
-	// CreateTenant inserts a tenant; an existing name is a conflict.
+	// CreateTenant inserts a tenant (with its quota); an existing name
+	// is a conflict.
 	CreateTenant(ctx context.Context, t Tenant) error
 	GetTenant(ctx context.Context, name string) (*Tenant, error)
 	ListTenants(ctx context.Context) ([]Tenant, error)
+	// SetTenantQuota replaces the quota of the tenant called name; an
+	// unknown name is not_found.
+	SetTenantQuota(ctx context.Context, name string, q Quota) error
 	// CreateAPIKey inserts a key; its tenant must exist. A key without a
 	// tier is stored as TierStandard.
 	CreateAPIKey(ctx context.Context, k APIKey) error

@@ -10,15 +10,16 @@ import (
 	"github.com/torpor-dev/torpor"
 )
 
-// CreateTenant inserts t; an existing name is a conflict.
+// CreateTenant inserts t with its quota; an existing name is a conflict.
 func (s *Store) CreateTenant(ctx context.Context, t torpor.Tenant) error {
 	if t.Name == "" {
 		return torpor.Invalid("name", "tenant name is empty")
 	}
 	op := fmt.Sprintf("create tenant %q", t.Name)
 	return s.inTx(ctx, op, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO tenants (name, created_at) VALUES (?, ?)`,
-			t.Name, micros(t.CreatedAt))
+		q := t.Quota
+		_, err := tx.ExecContext(ctx, `INSERT INTO tenants (name, created_at, max_sandboxes, max_vcpus, max_memory_mib, max_disk_mib) VALUES (?, ?, ?, ?, ?, ?)`,
+			t.Name, micros(t.CreatedAt), q.MaxSandboxes, q.MaxVCPUs, q.MaxMemoryMiB, q.MaxDiskMiB)
 		if err != nil {
 			return wrap(err, fmt.Sprintf("tenant %q already exists", t.Name), op)
 		}
@@ -26,40 +27,67 @@ func (s *Store) CreateTenant(ctx context.Context, t torpor.Tenant) error {
 	})
 }
 
-// GetTenant returns the tenant called name, or not_found.
-func (s *Store) GetTenant(ctx context.Context, name string) (*torpor.Tenant, error) {
+// SetTenantQuota replaces the quota of the tenant called name, or is
+// not_found.
+func (s *Store) SetTenantQuota(ctx context.Context, name string, q torpor.Quota) error {
+	op := fmt.Sprintf("set the quota of tenant %q", name)
+	return s.inTx(ctx, op, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE tenants SET max_sandboxes = ?, max_vcpus = ?, max_memory_mib = ?, max_disk_mib = ? WHERE name = ?`,
+			q.MaxSandboxes, q.MaxVCPUs, q.MaxMemoryMiB, q.MaxDiskMiB, name)
+		if err != nil {
+			return wrap(err, "", op)
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return wrap(err, "", op)
+		} else if n == 0 {
+			return torpor.Errorf(torpor.ENotFound, "tenant %q not found", name)
+		}
+		return nil
+	})
+}
+
+// tenantColumns are what scanTenant reads, in its order.
+const tenantColumns = `name, created_at, max_sandboxes, max_vcpus, max_memory_mib, max_disk_mib`
+
+// scanTenant reads one row of tenantColumns.
+func scanTenant(row interface{ Scan(...any) error }) (torpor.Tenant, error) {
 	var (
-		t       = torpor.Tenant{Name: name}
+		t       torpor.Tenant
 		created int64
 	)
-	err := s.read.QueryRowContext(ctx, `SELECT created_at FROM tenants WHERE name = ?`, name).Scan(&created)
+	q := &t.Quota
+	if err := row.Scan(&t.Name, &created, &q.MaxSandboxes, &q.MaxVCPUs, &q.MaxMemoryMiB, &q.MaxDiskMiB); err != nil {
+		return torpor.Tenant{}, err
+	}
+	t.CreatedAt = fromMicros(created)
+	return t, nil
+}
+
+// GetTenant returns the tenant called name, or not_found.
+func (s *Store) GetTenant(ctx context.Context, name string) (*torpor.Tenant, error) {
+	t, err := scanTenant(s.read.QueryRowContext(ctx, `SELECT `+tenantColumns+` FROM tenants WHERE name = ?`, name))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, torpor.Errorf(torpor.ENotFound, "tenant %q not found", name)
 	}
 	if err != nil {
 		return nil, wrap(err, "", fmt.Sprintf("get tenant %q", name))
 	}
-	t.CreatedAt = fromMicros(created)
 	return &t, nil
 }
 
 // ListTenants returns every tenant, sorted by name.
 func (s *Store) ListTenants(ctx context.Context) ([]torpor.Tenant, error) {
-	rows, err := s.read.QueryContext(ctx, `SELECT name, created_at FROM tenants ORDER BY name`)
+	rows, err := s.read.QueryContext(ctx, `SELECT `+tenantColumns+` FROM tenants ORDER BY name`)
 	if err != nil {
 		return nil, wrap(err, "", "list tenants")
 	}
 	defer rows.Close()
 	var out []torpor.Tenant
 	for rows.Next() {
-		var (
-			t       torpor.Tenant
-			created int64
-		)
-		if err := rows.Scan(&t.Name, &created); err != nil {
+		t, err := scanTenant(rows)
+		if err != nil {
 			return nil, wrap(err, "", "list tenants")
 		}
-		t.CreatedAt = fromMicros(created)
 		out = append(out, t)
 	}
 	if err := rows.Err(); err != nil {

@@ -37,3 +37,41 @@ func TestMigrateSchema1Templates(t *testing.T) {
 		t.Errorf("migrated template = %+v", tpl)
 	}
 }
+
+// A database written before tenants had quotas (schema 6) keeps its
+// tenants, which come back without limits, and takes a quota afterwards.
+func TestMigrateSchema6TenantsGetNoQuota(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "torpor.db")
+	db := rawDB(t, path)
+	for i := range 6 {
+		if _, err := db.ExecContext(t.Context(), sqlite.Migration(i)); err != nil {
+			t.Fatalf("migration %d: %v", i+1, err)
+		}
+	}
+	for _, q := range []string{
+		`INSERT INTO tenants (name, created_at) VALUES ('acme', 1)`,
+		`PRAGMA user_version = 6`,
+	} {
+		if _, err := db.ExecContext(t.Context(), q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	db.Close()
+
+	s := open(t, path)
+	defer s.Close()
+	tn, err := s.GetTenant(t.Context(), "acme")
+	if err != nil {
+		t.Fatalf("GetTenant after the migration: %v", err)
+	}
+	if tn.Quota != (torpor.Quota{}) {
+		t.Errorf("migrated tenant's quota = %+v, want none", tn.Quota)
+	}
+	q := torpor.Quota{MaxSandboxes: 3, MaxVCPUs: 1.5}
+	if err := s.SetTenantQuota(t.Context(), "acme", q); err != nil {
+		t.Fatal(err)
+	}
+	if tn, err = s.GetTenant(t.Context(), "acme"); err != nil || tn.Quota != q {
+		t.Errorf("GetTenant after SetTenantQuota = %+v, %v; want quota %+v", tn, err, q)
+	}
+}

@@ -87,6 +87,13 @@ CREATE INDEX sandboxes_by_template ON sandboxes (json_extract(record, '$.templat
 		`ALTER TABLE api_keys ADD COLUMN tier TEXT NOT NULL DEFAULT 'standard';`,
 		// 6: GPU leases, their usage rows, and abuse flags on keys (gpu.go).
 		gpuSchema,
+		// 7: tenants carry a quota; 0 is no limit.
+		`
+ALTER TABLE tenants ADD COLUMN max_sandboxes  INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE tenants ADD COLUMN max_vcpus      REAL    NOT NULL DEFAULT 0;
+ALTER TABLE tenants ADD COLUMN max_memory_mib INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE tenants ADD COLUMN max_disk_mib   INTEGER NOT NULL DEFAULT 0;
+`,
 	}
 }
 

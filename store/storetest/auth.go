@@ -15,6 +15,8 @@ func tenantTests() []test {
 		{"DuplicateNameIsConflict", testTenantDuplicate},
 		{"GetMissingIsNotFound", testTenantMissing},
 		{"ListSortedByName", testTenantList},
+		{"QuotaRoundTrip", testTenantQuota},
+		{"SetQuotaOfMissingIsNotFound", testTenantQuotaMissing},
 	}
 }
 
@@ -89,6 +91,48 @@ func testTenantList(t *testing.T, h *harness) {
 	}
 	for i := range want {
 		checkSame(t, "tenant "+want[i].Name, got[i], want[i])
+	}
+}
+
+// A quota is kept with the tenant: given at create, replaced as a whole
+// by SetTenantQuota (fractional vCPUs exactly), shown by Get and List, and
+// kept across a reopen.
+func testTenantQuota(t *testing.T, h *harness) {
+	created := torpor.Tenant{Name: "acme", CreatedAt: at(0), Quota: torpor.Quota{MaxSandboxes: 5, MaxDiskMiB: 10240}}
+	if err := h.s.CreateTenant(t.Context(), created); err != nil {
+		t.Fatalf("CreateTenant with a quota: %v", err)
+	}
+	got, err := h.s.GetTenant(t.Context(), "acme")
+	if err != nil {
+		t.Fatalf("GetTenant: %v", err)
+	}
+	checkSame(t, "tenant created with a quota", got, &created)
+
+	other := h.createTenant("globex", at(time.Second))
+	want := created
+	want.Quota = torpor.Quota{MaxSandboxes: 2, MaxVCPUs: 2.5, MaxMemoryMiB: 4096}
+	if err := h.s.SetTenantQuota(t.Context(), "acme", want.Quota); err != nil {
+		t.Fatalf("SetTenantQuota: %v", err)
+	}
+	h.restart()
+	got, err = h.s.GetTenant(t.Context(), "acme")
+	if err != nil {
+		t.Fatalf("GetTenant after a restart: %v", err)
+	}
+	checkSame(t, "tenant after SetTenantQuota and a restart", got, &want)
+	list, err := h.s.ListTenants(t.Context())
+	if err != nil || len(list) != 2 {
+		t.Fatalf("ListTenants = %v, %v; want 2 tenants", list, err)
+	}
+	checkSame(t, "listed acme", list[0], want)
+	checkSame(t, "listed globex, whose quota nobody set", list[1], other)
+}
+
+func testTenantQuotaMissing(t *testing.T, h *harness) {
+	err := h.s.SetTenantQuota(t.Context(), "nobody", torpor.Quota{MaxSandboxes: 1})
+	wantCode(t, err, torpor.ENotFound, "SetTenantQuota of an unknown name")
+	if _, err := h.s.GetTenant(t.Context(), "nobody"); !torpor.IsCode(err, torpor.ENotFound) {
+		t.Fatalf("SetTenantQuota of an unknown name made it: %v", err)
 	}
 }
 
