@@ -18,10 +18,12 @@ type activity struct {
 	cpuShare float64
 
 	mu       sync.Mutex
-	ops      map[string]int       // operations under way (operate to done)
-	traffic  map[string]time.Time // the latest traffic not yet flushed
-	inflight map[string]int       // proxied requests under way
-	samples  map[string]cpuSample // the last CPU sample the sweep took
+	ops      map[string]int           // operations under way (operate to done)
+	stopping map[string]bool          // a pause or hibernation is under way
+	quiets   map[string]chan struct{} // closed when a sandbox's ops reach 0
+	traffic  map[string]time.Time     // the latest traffic not yet flushed
+	inflight map[string]int           // proxied requests under way
+	samples  map[string]cpuSample     // the last CPU sample the sweep took
 }
 
 // cpuSample is a sandbox's CPU use at a moment.
@@ -37,6 +39,8 @@ func newActivity(cpuShare float64) *activity {
 	return &activity{
 		cpuShare: cpuShare,
 		ops:      map[string]int{},
+		stopping: map[string]bool{},
+		quiets:   map[string]chan struct{}{},
 		traffic:  map[string]time.Time{},
 		inflight: map[string]int{},
 		samples:  map[string]cpuSample{},
@@ -51,14 +55,55 @@ func (a *activity) opStarted(id string) {
 	a.ops[id]++
 }
 
-// opEnded: see opStarted.
-func (a *activity) opEnded(id string) {
+// opEnded: see opStarted. It reports whether a pause or hibernation of
+// the sandbox is under way (see beginStop), which makes the activity at
+// the operation's end moot.
+func (a *activity) opEnded(id string) (stopping bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.ops[id]--; a.ops[id] <= 0 {
 		delete(a.ops, id)
+		if ch := a.quiets[id]; ch != nil {
+			close(ch)
+			delete(a.quiets, id)
+		}
 	}
+	return a.stopping[id]
 }
+
+// beginStop marks a pause or hibernation of the sandbox under way, until
+// endStop, and returns a channel that is closed once no operation on it
+// is under way: at once when none is. A drain waits on it (see
+// Engine.drain), with the sandbox's lock held so that no new one starts.
+func (a *activity) beginStop(id string) <-chan struct{} {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.stopping[id] = true
+	if a.ops[id] <= 0 {
+		return closedChan
+	}
+	ch := a.quiets[id]
+	if ch == nil {
+		ch = make(chan struct{})
+		a.quiets[id] = ch
+	}
+	return ch
+}
+
+// endStop: see beginStop.
+func (a *activity) endStop(id string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.stopping, id)
+	delete(a.quiets, id)
+}
+
+// closedChan is a channel that is always closed.
+var closedChan = func() chan struct{} {
+	ch := make(chan struct{})
+	close(ch)
+	return ch
+}()
 
 // busy tells whether an operation on the sandbox is under way.
 func (a *activity) busy(id string) bool {

@@ -35,11 +35,54 @@ func TestActivityOperations(t *testing.T) {
 				if got := a.busy("a"); got != s.wantBusy {
 					t.Fatalf("step %d: busy = %v, want %v", i, got, s.wantBusy)
 				}
+				if got := isClosed(a.beginStop("a")); got == s.wantBusy {
+					t.Fatalf("step %d: quiet = %v while busy = %v", i, got, s.wantBusy)
+				}
+				a.endStop("a")
 				if a.busy("b") {
 					t.Fatalf("step %d: another sandbox is busy", i)
 				}
 			}
 		})
+	}
+}
+
+// TestActivityStop: the channel a stop takes while operations are under
+// way closes when the last of them ends, not before, and the ends of
+// operations say whether a stop is under way.
+func TestActivityStop(t *testing.T) {
+	a := newActivity(0)
+	a.opStarted("a")
+	a.opStarted("a")
+	if a.opEnded("a") {
+		t.Fatal("an operation's end sees a stop before any began")
+	}
+	a.opStarted("a")
+	q := a.beginStop("a")
+	if !a.opEnded("a") || isClosed(q) {
+		t.Fatal("with an operation still under way: quiet, or the stop unseen")
+	}
+	if !isClosed(a.beginStop("b")) {
+		t.Fatal("a sandbox without operations is not quiet")
+	}
+	a.endStop("b")
+	a.opEnded("a")
+	if !isClosed(q) {
+		t.Fatal("not quiet once the last operation ended")
+	}
+	a.endStop("a")
+	a.opStarted("a")
+	if a.opEnded("a") {
+		t.Fatal("an operation's end sees a stop that ended")
+	}
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
 	}
 }
 

@@ -10,13 +10,16 @@ import (
 // language (see torpor.CodeRunner), or in one of its code contexts. Like
 // Exec it wakes a paused or hibernated sandbox when its policy has
 // auto_resume and counts as activity when it starts and when it ends. An
-// error raised by the snippet is part of the result, not an error.
+// error raised by the snippet is part of the result, not an error. A
+// sandbox that stops running under the snippet is a conflict, as for Exec.
 func (e *Engine) RunCode(ctx context.Context, tenant, id string, req torpor.CodeRequest) (torpor.CodeResult, error) {
 	if err := torpor.ValidateCode(req); err != nil {
 		return torpor.CodeResult{}, err
 	}
 	var cr torpor.CodeRunner
+	var stopped <-chan struct{}
 	sb, err := e.operate(ctx, tenant, id, "run code in", true, func(sb *torpor.Sandbox) error {
+		stopped = e.runSignal(sb.ID)
 		rt, err := e.runtime(sb.Runtime.Kind)
 		if err != nil {
 			return err
@@ -30,8 +33,10 @@ func (e *Engine) RunCode(ctx context.Context, tenant, id string, req torpor.Code
 	if err != nil {
 		return torpor.CodeResult{}, err
 	}
-	defer e.done(tenant, id, e.now())
-	return cr.RunCode(ctx, ref(sb), req)
+	started := e.now()
+	return untilStopped(e, ctx, sb, stopped, "the snippet", func(ctx context.Context) (torpor.CodeResult, error) {
+		return cr.RunCode(ctx, ref(sb), req)
+	}, nil, func() { e.done(tenant, id, started) })
 }
 
 // CodeContexts lists the sandbox's code contexts: each language's default

@@ -57,9 +57,18 @@ type Config struct {
 	// sandbox's lease is placed on the host; nil: no GPU sandboxes.
 	GPU       GPULeases
 	GPUAttach GPUAttacher
-	// Failpoint, when set, is called at named points of each transition
-	// ("pause.before-runtime", "pause.after-runtime", ...). Crash tests use
-	// it to kill the daemon mid-transition; production leaves it nil.
+	// DrainTimeout bounds how long a pause or hibernation of a running
+	// sandbox waits, on the engine's clock, for the operations in flight
+	// on it (exec, run_code, files, ...) to end before it goes on and
+	// stops them with the sandbox (DefaultDrainTimeout when 0).
+	DrainTimeout time.Duration
+	// Deadlines bound the runtime calls of transitions; zero fields take
+	// DefaultDeadlines'.
+	Deadlines Deadlines
+	// Failpoint, when set, is called at every step of each transition,
+	// with the names Failpoints lists ("pausing.before-runtime",
+	// "paused.after-store", ...). Crash tests use it to kill the daemon
+	// mid-transition; production leaves it nil.
 	Failpoint func(name string)
 }
 
@@ -76,8 +85,16 @@ type Engine struct {
 	locks     keyedmutex.Mutex
 	sched     *scheduler
 	ledger    *ledger
+	quotas    *quotas
 	maxPaused time.Duration
 	defPolicy torpor.LifecyclePolicy
+
+	drainTimeout time.Duration
+	deadlines    Deadlines
+	// runs holds, by sandbox id, a channel closed when that sandbox stops
+	// running (see runSignal).
+	runMu sync.Mutex
+	runs  map[string]chan struct{}
 
 	// act is the sandboxes' activity the store does not hold yet, which
 	// the idle sweep consults before it acts.
@@ -124,9 +141,14 @@ func New(cfg Config) (*Engine, error) {
 		fail:      cfg.Failpoint,
 		watchers:  map[string]*watcher{},
 		ledger:    newLedger(cfg.Capacity),
+		quotas:    newQuotas(),
 		maxPaused: cfg.MaxPaused,
 		defPolicy: cfg.DefaultPolicy,
 		act:       newActivity(cfg.CPUActivity),
+
+		drainTimeout: cfg.DrainTimeout,
+		deadlines:    cfg.Deadlines.orDefault(),
+		runs:         map[string]chan struct{}{},
 
 		evCh:        make(chan struct{}),
 		obs:         cfg.Observer,
@@ -151,6 +173,9 @@ func New(cfg Config) (*Engine, error) {
 	}
 	if e.seenEvery <= 0 {
 		e.seenEvery = DefaultSeenEvery
+	}
+	if e.drainTimeout <= 0 {
+		e.drainTimeout = DefaultDrainTimeout
 	}
 	if e.gpu != nil && e.gpuAttacher == nil {
 		return nil, errors.New("lifecycle: a GPU lease manager needs a GPUAttach")
@@ -346,13 +371,14 @@ func (e *Engine) Create(ctx context.Context, tenant string, req torpor.CreateReq
 	sb.KeyID = req.Caller.KeyID
 	unlock := e.locks.Lock(sb.ID)
 	defer unlock()
-	if err := e.ledger.admit(sb.ID, torpor.StateStarting, sb.Resources); err != nil {
+	if err := e.reserve(ctx, sb, torpor.StateStarting); err != nil {
 		return nil, err
 	}
 	created := e.event(sb, torpor.EventCreated, "cause", "api")
 	created.Time = now
+	e.fail("create.before-store")
 	if err := e.store.CreateSandbox(ctx, sb, created); err != nil {
-		e.ledger.record(sb.ID, torpor.StateTerminated, sb.Resources)
+		e.hold(sb, torpor.StateTerminated)
 		return nil, err
 	}
 	e.announce()
@@ -457,11 +483,7 @@ func (e *Engine) announce() {
 // track records what sb holds and when the idle engine acts on it next.
 func (e *Engine) track(sb *torpor.Sandbox) {
 	e.noteState(sb)
-	held := sb.State
-	if held == torpor.StatePaused && sb.PauseMode == torpor.PauseSnapshot {
-		held = torpor.StateHibernated // a snapshot holds no CPU and no memory
-	}
-	e.ledger.record(sb.ID, held, sb.Resources)
+	e.hold(sb, sb.State)
 	if evs := plan(sb, e.maxPaused); len(evs) > 0 {
 		e.sched.set(sb.ID, evs[0].At)
 	} else {
@@ -475,7 +497,7 @@ func (e *Engine) track(sb *torpor.Sandbox) {
 func (e *Engine) boot(ctx context.Context, sb *torpor.Sandbox, rt torpor.Runtime, tmpl torpor.Template, evType, cause string) error {
 	e.unwatch(sb.ID)
 	e.gpuRelease(ctx, sb) // the lease of the boot before, if any
-	handle, err := rt.Boot(ctx, torpor.BootSpec{
+	handle, err := e.bootRuntime(ctx, rt, torpor.BootSpec{
 		SandboxID:  sb.ID,
 		Template:   tmpl,
 		Resources:  sb.Resources,
@@ -506,12 +528,13 @@ func (e *Engine) boot(ctx context.Context, sb *torpor.Sandbox, rt torpor.Runtime
 		renewEnd(sb, sb.LastActivityAt)
 	}
 	if err := e.gpuAttach(ctx, sb); err != nil {
-		_ = rt.Stop(context.WithoutCancel(ctx), ref(sb))
+		_ = e.stopRuntime(ctx, rt, sb)
 		return e.recordFailure(ctx, sb, &torpor.Failure{Code: FailureGPU, Message: err.Error()})
 	}
 	if err := e.setState(ctx, sb, torpor.StateRunning, e.event(sb, evType, "boot", fmt.Sprint(sb.Boots), "cause", cause)); err != nil {
 		return err
 	}
+	e.fail(landed(evType))
 	e.watch(sb.ID, sb.Handle, rt)
 	e.runHooks(ctx, sb, torpor.HookOnStart)
 	return nil
@@ -549,6 +572,11 @@ func (e *Engine) setState(ctx context.Context, sb *torpor.Sandbox, s torpor.Stat
 	}
 	if err := e.save(ctx, sb, events...); err != nil {
 		return err
+	}
+	if changed && s != torpor.StateRunning && s != torpor.StatePausing {
+		// Pausing is not yet stopped: the freeze may fail and the sandbox
+		// run on. Once paused (or on its way out) it stops running.
+		e.stoppedRunning(sb.ID)
 	}
 	if changed && len(events) == 0 {
 		// A transition without an event of its own (pausing, resuming,

@@ -210,7 +210,7 @@ func (e *Engine) onGPUEvent(ev gpu.Event) {
 		}
 		if rt, err := e.runtime(sb.Runtime.Kind); err == nil {
 			e.unwatch(sb.ID)
-			if err := rt.Stop(ctx, ref(sb)); err != nil {
+			if err := e.stopRuntime(ctx, rt, sb); err != nil {
 				e.log.Error("stopping the sandbox of a dead GPU lease", "sandbox", sb.ID, "err", err)
 			}
 		}

@@ -38,6 +38,12 @@ func (e *Engine) meter(sb *torpor.Sandbox, now time.Time) []torpor.UsageRecord {
 	}
 	rows := e.closeUsage(sb, at)
 	u.Kind = kind
+	if kind != torpor.UsageSnapshotPaused {
+		// The snapshot is charged for up to here, so the transitions that
+		// end it (a restore, a stop, a delete) leave it for the meter to
+		// drop: the sandbox holds it no more.
+		sb.Snapshot = nil
+	}
 	return rows
 }
 
@@ -167,11 +173,14 @@ func (e *Engine) runMetering(ctx context.Context) {
 		now := e.now()
 		return now.Truncate(e.settleEvery).Add(e.settleEvery).Sub(now)
 	}
+	// The first ticks are armed before the loop starts, so that they
+	// count from the engine's start, not from whenever the goroutine
+	// first runs.
+	settleC, settleT := tick(untilBoundary())
+	seenC, seenT := tick(e.seenEvery)
 	e.wg.Add(1)
 	go func() {
 		defer e.wg.Done()
-		settleC, settleT := tick(untilBoundary())
-		seenC, seenT := tick(e.seenEvery)
 		defer func() { settleT.Stop(); seenT.Stop() }()
 		for {
 			select {

@@ -76,7 +76,7 @@ func (e *Engine) reconcileOne(ctx context.Context, id string) error {
 		}
 		switch st.State {
 		case torpor.InstanceFrozen:
-			if err := rt.Thaw(ctx, ref(sb)); err != nil {
+			if err := e.thawInstance(ctx, rt, sb); err != nil {
 				return err
 			}
 			fallthrough
@@ -95,6 +95,9 @@ func (e *Engine) reconcileOne(ctx context.Context, id string) error {
 			// A snapshot pause ends the instance: nothing was lost. One
 			// cut short shows when it is restored.
 			if sb.State == torpor.StatePausing {
+				// The snapshot was written but not recorded: what it holds
+				// is billed from its size, so ask the runtime for it.
+				e.recoverSnapshot(ctx, rt, sb)
 				return e.setState(ctx, sb, torpor.StatePaused, e.event(sb, torpor.EventPaused, "cause", CauseReconcile, "mode", string(sb.PauseMode)))
 			}
 			return nil
@@ -116,6 +119,11 @@ func (e *Engine) reconcileOne(ctx context.Context, id string) error {
 				return err
 			}
 		}
+		if sb.PauseMode == torpor.PauseSnapshot {
+			// The pause just finished wrote the instance to disk and ended
+			// it: a watcher would take that for a death and fail it.
+			return nil
+		}
 		e.watch(sb.ID, sb.Handle, rt)
 		return nil
 
@@ -127,7 +135,7 @@ func (e *Engine) reconcileOne(ctx context.Context, id string) error {
 
 	case torpor.StateHibernated, torpor.StateFailed:
 		if alive {
-			return rt.Stop(ctx, ref(sb))
+			return e.stopRuntime(ctx, rt, sb)
 		}
 	}
 	return nil
@@ -138,4 +146,21 @@ func stoppedFailure(st torpor.InstanceStatus) *torpor.Failure {
 		return st.Failure
 	}
 	return &torpor.Failure{Code: torpor.FailureRuntime, Message: "the sandbox's instance stopped while the daemon was down"}
+}
+
+// recoverSnapshot records the snapshot of a sandbox whose snapshot pause
+// ended its instance before the pause was stored: a runtime asked to
+// snapshot a snapshotted instance returns the snapshot it has. Without a
+// complete one nothing is recorded, and the resume finds out.
+func (e *Engine) recoverSnapshot(ctx context.Context, rt torpor.Runtime, sb *torpor.Sandbox) {
+	snap, ok := rt.(torpor.Snapshotter)
+	if !ok || sb.Snapshot != nil {
+		return
+	}
+	info, err := snap.Snapshot(ctx, ref(sb))
+	if err != nil {
+		e.log.Warn("no snapshot of a sandbox paused by snapshot", "sandbox", sb.ID, "err", err)
+		return
+	}
+	sb.Snapshot = &info
 }

@@ -76,9 +76,17 @@ func (e *Engine) pause(ctx context.Context, sb *torpor.Sandbox, mode torpor.Paus
 	if sb.Accel != nil && mode != torpor.PauseFreeze {
 		return torpor.Invalid("mode", "a GPU sandbox pauses by freeze; its accel.suspend_mode says what happens to its GPU state")
 	}
+	if sb.State == torpor.StateRunning {
+		end, err := e.drain(ctx, sb, "pause")
+		if err != nil {
+			return err
+		}
+		defer end()
+	}
 	start := time.Now()
 	defer func() {
 		if sb.State == torpor.StatePaused {
+			e.fail("paused.after-store")
 			e.observe("pause", cause, start)
 		}
 	}()
@@ -87,9 +95,11 @@ func (e *Engine) pause(ctx context.Context, sb *torpor.Sandbox, mode torpor.Paus
 	}
 	sb.PauseMode = mode
 	wasRunning := sb.State == torpor.StateRunning
+	e.fail("pausing.before-store")
 	if err := e.setState(ctx, sb, torpor.StatePausing); err != nil {
 		return err
 	}
+	e.fail("pausing.after-store")
 	if wasRunning {
 		if stay, err := e.stayForTraffic(ctx, sb, cause); stay || err != nil {
 			return err
@@ -97,7 +107,11 @@ func (e *Engine) pause(ctx context.Context, sb *torpor.Sandbox, mode torpor.Paus
 	}
 	e.fail("pausing.before-runtime")
 	if err := e.stopInstance(ctx, rt, sb, mode); err != nil {
-		_ = rt.Thaw(context.WithoutCancel(ctx), ref(sb))
+		// Thawing a running instance is harmless; one that a failed or
+		// unfinished freeze left (partly) frozen runs again.
+		if terr := e.thawInstance(ctx, rt, sb); terr != nil {
+			e.log.Warn("thawing after a failed pause", "sandbox", sb.ID, "err", terr)
+		}
 		sb.PauseMode = ""
 		ev := e.event(sb, "sandbox.pause_failed", "error", err.Error())
 		if rerr := e.setState(ctx, sb, torpor.StateRunning, ev); rerr != nil {
@@ -123,7 +137,7 @@ func (e *Engine) stopInstance(ctx context.Context, rt torpor.Runtime, sb *torpor
 		if err := e.gpuPause(ctx, sb); err != nil {
 			return err
 		}
-		if err := rt.Freeze(ctx, ref(sb)); err != nil {
+		if err := e.freezeInstance(ctx, rt, sb); err != nil {
 			if rerr := e.gpuResume(context.WithoutCancel(ctx), sb); rerr != nil {
 				e.log.Error("resuming a GPU lease after a failed freeze", "sandbox", sb.ID, "err", rerr)
 			}
@@ -136,7 +150,7 @@ func (e *Engine) stopInstance(ctx context.Context, rt torpor.Runtime, sb *torpor
 		return torpor.Invalid("mode", "the %s runtime cannot pause by snapshot", rt.Kind())
 	}
 	e.unwatch(sb.ID)
-	info, err := snap.Snapshot(ctx, ref(sb))
+	info, err := e.snapshotInstance(ctx, snap, sb)
 	if err != nil {
 		e.watch(sb.ID, sb.Handle, rt)
 		return err
@@ -154,17 +168,17 @@ func (e *Engine) continueInstance(ctx context.Context, rt torpor.Runtime, sb *to
 		if err := e.gpuResume(ctx, sb); err != nil {
 			return err
 		}
-		return rt.Thaw(ctx, ref(sb))
+		return e.thawInstance(ctx, rt, sb)
 	}
 	snap, ok := rt.(torpor.Snapshotter)
 	if !ok {
 		return torpor.Errorf(torpor.EInternal, "the %s runtime cannot restore snapshots", rt.Kind())
 	}
-	handle, err := snap.Restore(ctx, ref(sb))
+	handle, err := e.restoreInstance(ctx, snap, sb)
 	if err != nil {
 		return err
 	}
-	sb.Handle, sb.Snapshot = handle, nil
+	sb.Handle = handle // the snapshot is dropped once its interval is billed (see meter)
 	e.watch(sb.ID, handle, rt)
 	return nil
 }
@@ -212,11 +226,12 @@ func (e *Engine) resume(ctx context.Context, sb *torpor.Sandbox, cause string) e
 	if err != nil {
 		return err
 	}
-	if err := e.ledger.admit(sb.ID, torpor.StateResuming, sb.Resources); err != nil {
+	if err := e.reserve(ctx, sb, torpor.StateResuming); err != nil {
 		return err
 	}
+	e.fail("resuming.before-store")
 	if err := e.setState(ctx, sb, torpor.StateResuming); err != nil {
-		e.ledger.record(sb.ID, torpor.StatePaused, sb.Resources)
+		e.hold(sb, torpor.StatePaused)
 		return err
 	}
 	e.fail("resuming.before-runtime")
@@ -248,6 +263,7 @@ func (e *Engine) resume(ctx context.Context, sb *torpor.Sandbox, cause string) e
 	if err := e.setState(ctx, sb, torpor.StateRunning, e.event(sb, torpor.EventResumed, "cause", cause, "auto", strconv.FormatBool(auto))); err != nil {
 		return err
 	}
+	e.fail("resumed.after-store")
 	e.runHooks(ctx, sb, torpor.HookOnResume)
 	return nil
 }
@@ -267,13 +283,14 @@ func (e *Engine) coldStart(ctx context.Context, sb *torpor.Sandbox, via torpor.S
 	if err != nil {
 		return fmt.Errorf("template %s of sandbox %s: %w", sb.Template, sb.ID, err)
 	}
-	if err := e.ledger.admit(sb.ID, via, sb.Resources); err != nil {
+	if err := e.reserve(ctx, sb, via); err != nil {
 		return err
 	}
 	prev := sb.State
 	sb.LastActivityAt = e.now()
+	e.fail(string(via) + ".before-store")
 	if err := e.setState(ctx, sb, via); err != nil {
-		e.ledger.record(sb.ID, prev, sb.Resources)
+		e.hold(sb, prev)
 		return err
 	}
 	e.fail(string(via) + ".before-runtime")
@@ -301,16 +318,26 @@ func (e *Engine) hibernate(ctx context.Context, sb *torpor.Sandbox, cause string
 	if err != nil {
 		return err
 	}
+	wasRunning := sb.State == torpor.StateRunning
+	if wasRunning {
+		end, err := e.drain(ctx, sb, "hibernate")
+		if err != nil {
+			return err
+		}
+		defer end()
+	}
 	start := time.Now()
 	defer func() {
 		if sb.State == torpor.StateHibernated {
+			e.fail("hibernated.after-store")
 			e.observe("hibernate", cause, start)
 		}
 	}()
-	wasRunning := sb.State == torpor.StateRunning
+	e.fail("hibernating.before-store")
 	if err := e.setState(ctx, sb, torpor.StateHibernating); err != nil {
 		return err
 	}
+	e.fail("hibernating.after-store")
 	if wasRunning {
 		if stay, err := e.stayForTraffic(ctx, sb, cause); stay || err != nil {
 			return err
@@ -319,7 +346,12 @@ func (e *Engine) hibernate(ctx context.Context, sb *torpor.Sandbox, cause string
 	e.unwatch(sb.ID)
 	e.fail("hibernating.before-runtime")
 	e.gpuRelease(ctx, sb)
-	if err := rt.Stop(ctx, ref(sb)); err != nil {
+	if err := e.stopRuntime(ctx, rt, sb); err != nil {
+		// The sandbox stays hibernating: a hibernate (or the reconcile
+		// after a restart) tries the stop again.
+		if serr := e.save(ctx, sb, e.event(sb, "sandbox.hibernate_failed", "error", err.Error())); serr != nil {
+			e.log.Error("recording a failed hibernation", "sandbox", sb.ID, "err", serr)
+		}
 		return fmt.Errorf("hibernate %s: %w", sb.ID, err)
 	}
 	e.fail("hibernating.after-runtime")
@@ -391,6 +423,7 @@ func (e *Engine) terminate(ctx context.Context, sb *torpor.Sandbox, cause string
 	start := time.Now()
 	defer func() {
 		if sb.State == torpor.StateTerminated {
+			e.fail("terminated.after-store")
 			e.observe("terminate", cause, start)
 		}
 	}()
@@ -398,7 +431,7 @@ func (e *Engine) terminate(ctx context.Context, sb *torpor.Sandbox, cause string
 		// Terminate hooks run in a live instance: thaw a paused one first;
 		// it is about to go anyway.
 		if sb.State == torpor.StatePaused {
-			_ = rt.Thaw(ctx, ref(sb))
+			_ = e.thawInstance(ctx, rt, sb)
 		}
 		if sb.State == torpor.StateRunning || sb.State == torpor.StatePaused {
 			e.runHooks(ctx, sb, torpor.HookOnTerminate)
@@ -409,12 +442,13 @@ func (e *Engine) terminate(ctx context.Context, sb *torpor.Sandbox, cause string
 	e.procMu.Lock()
 	delete(e.procs, sb.ID)
 	e.procMu.Unlock()
+	e.fail("terminating.before-store")
 	if err := e.setState(ctx, sb, torpor.StateTerminating); err != nil {
 		return err
 	}
 	e.fail("terminating.before-runtime")
 	e.gpuRelease(ctx, sb)
-	if err := rt.Destroy(ctx, ref(sb)); err != nil {
+	if err := e.destroyInstance(ctx, rt, sb); err != nil {
 		return fmt.Errorf("delete %s: %w", sb.ID, err)
 	}
 	e.fail("terminating.after-runtime")
@@ -430,26 +464,33 @@ func (e *Engine) terminate(ctx context.Context, sb *torpor.Sandbox, cause string
 
 // Exec runs a command in a running sandbox and counts as activity, when it
 // starts and when it ends. A paused or hibernated sandbox is woken first
-// when its policy has auto_resume.
+// when its policy has auto_resume. A sandbox that stops running while the
+// command runs (a pause that outlasted the drain timeout, see drain) is a
+// conflict with its state, answered at once (see untilStopped).
 func (e *Engine) Exec(ctx context.Context, tenant, id string, req torpor.ExecRequest) (torpor.ExecResult, error) {
 	if err := validateExec(req); err != nil {
 		return torpor.ExecResult{}, err
 	}
 	var rt torpor.Runtime
+	var stopped <-chan struct{}
 	sb, err := e.operate(ctx, tenant, id, "exec in", true, func(sb *torpor.Sandbox) (err error) {
 		rt, err = e.runtime(sb.Runtime.Kind)
+		stopped = e.runSignal(sb.ID)
 		return err
 	})
 	if err != nil {
 		return torpor.ExecResult{}, err
 	}
-	defer e.done(tenant, id, e.now())
-	var res torpor.ExecResult
-	err = e.gpuJob(ctx, sb, func() (err error) {
-		res, err = rt.Exec(ctx, ref(sb), req)
-		return err
-	})
-	return res, err
+	started := e.now()
+	var streams execIO
+	streams.wrap(&req)
+	return untilStopped(e, ctx, sb, stopped, "the command", func(ctx context.Context) (res torpor.ExecResult, err error) {
+		err = e.gpuJob(ctx, sb, func() (err error) {
+			res, err = rt.Exec(ctx, ref(sb), req)
+			return err
+		})
+		return res, err
+	}, streams.detach, func() { e.done(tenant, id, started) })
 }
 
 // SandboxFS is an optional Runtime capability of runtimes whose
@@ -537,10 +578,11 @@ func (e *Engine) operate(ctx context.Context, tenant, id, what string, wakePause
 }
 
 // done ends an operation begun with operate at started and records the
-// activity.
+// activity, unless a pause or hibernation of the sandbox is under way (see
+// drain). It releases the operation before it takes the sandbox's lock,
+// which a drain holding that lock relies on.
 func (e *Engine) done(tenant, id string, started time.Time) {
-	e.act.opEnded(id)
-	if e.now().Sub(started) < activityResolution {
+	if stopping := e.act.opEnded(id); stopping || e.now().Sub(started) < activityResolution {
 		return
 	}
 	_, _ = e.withSandbox(e.bg, tenant, id, func(sb *torpor.Sandbox) error {

@@ -452,6 +452,10 @@ func (r *Runtime) Wait(ctx context.Context, ref torpor.InstanceRef) (torpor.Inst
 	}
 	r.h.mu.Lock()
 	in, ok := r.h.instances[ref.SandboxID]
+	var done chan struct{}
+	if ok {
+		done = in.done // a restore replaces it, under the lock
+	}
 	r.h.mu.Unlock()
 	if !ok {
 		return torpor.InstanceStatus{State: torpor.InstanceMissing}, nil
@@ -459,7 +463,7 @@ func (r *Runtime) Wait(ctx context.Context, ref torpor.InstanceRef) (torpor.Inst
 	select {
 	case <-ctx.Done():
 		return torpor.InstanceStatus{}, ctx.Err()
-	case <-in.done:
+	case <-done:
 	}
 	r.h.mu.Lock()
 	defer r.h.mu.Unlock()

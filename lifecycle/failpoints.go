@@ -1,0 +1,74 @@
+package lifecycle
+
+import "strings"
+
+// The engine calls Config.Failpoint at every step of every transition,
+// named <transition>.<step>, so that crash tests can kill the daemon there
+// and check what a restart makes of it. The transition is named by the
+// state it passes through (pausing, resuming, hibernating, starting,
+// restarting, terminating; a new sandbox's first write is create) and its
+// steps are, in order:
+//
+//   - before-store: nothing of the transition is stored yet;
+//   - after-store: its in-between state is stored, where something comes
+//     between that write and the runtime call (otherwise before-runtime is
+//     the same point);
+//   - before-runtime: the runtime is about to act;
+//   - after-runtime: the runtime acted; where the transition lands is not
+//     stored yet (it is the point before that write too).
+//
+// After the write that ends it, the point is named by where it landed, as
+// its event is: paused, resumed, started, restarted, hibernated,
+// terminated, with the step after-store. A boot (create, start from
+// hibernated or failed, and a restart's boot) reaches starting.after-runtime
+// or restarting.after-runtime and started.after-store or
+// restarted.after-store. The idle engine's pauses, hibernations and kills
+// go through the same verbs, and so through the same points.
+var failpoints = []string{
+	"create.before-store",
+	"create.before-runtime",
+	"starting.after-runtime",
+	"started.after-store",
+
+	"pausing.before-store",
+	"pausing.after-store",
+	"pausing.before-runtime",
+	"pausing.after-runtime",
+	"paused.after-store",
+
+	"resuming.before-store",
+	"resuming.before-runtime",
+	"resuming.after-runtime",
+	"resumed.after-store",
+
+	"hibernating.before-store",
+	"hibernating.after-store",
+	"hibernating.before-runtime",
+	"hibernating.after-runtime",
+	"hibernated.after-store",
+
+	"starting.before-store",
+	"starting.before-runtime",
+
+	"restarting.before-store",
+	"restarting.before-runtime",
+	"restarting.after-runtime",
+	"restarted.after-store",
+
+	"terminating.before-store",
+	"terminating.before-runtime",
+	"terminating.after-runtime",
+	"terminated.after-store",
+}
+
+// Failpoints returns the name of every point at which the engine calls
+// Config.Failpoint, grouped by transition, so that a crash test can go
+// through all of them and a point added later cannot be left out (the
+// lifecycle tests fail on a point reached that this list lacks).
+func Failpoints() []string { return append([]string(nil), failpoints...) }
+
+// landed names the point after the write that ends a boot, by the event
+// that write records (sandbox.started: "started.after-store").
+func landed(evType string) string {
+	return strings.TrimPrefix(evType, "sandbox.") + ".after-store"
+}

@@ -1,0 +1,303 @@
+package lifecycle_test
+
+import (
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/torpor-dev/torpor"
+	"github.com/torpor-dev/torpor/lifecycle"
+)
+
+// crashPath is a transition driven from a state: from makes a sandbox in
+// it ("" when the transition makes the sandbox), do drives the verb, and
+// points says, for each failpoint the verb passes, the state a restart
+// must leave the sandbox in (the state before the verb when nothing of it
+// was stored, the state it was heading for otherwise; "" for no sandbox).
+type crashPath struct {
+	name   string
+	from   func(e *env) string
+	do     func(e *env, id string)
+	points []crashPoint
+}
+
+type crashPoint struct {
+	at   string
+	want torpor.State
+}
+
+func newRunning(e *env) string { return e.create(torpor.CreateRequest{}).ID }
+
+func newPaused(mode torpor.PauseMode) func(e *env) string {
+	return func(e *env) string {
+		id := newRunning(e)
+		e.clock.Advance(time.Second)
+		must(e.eng.Pause(ctx, "acme", id, mode))
+		return id
+	}
+}
+
+func newHibernated(e *env) string {
+	id := newRunning(e)
+	e.clock.Advance(time.Second)
+	must(e.eng.Hibernate(ctx, "acme", id))
+	return id
+}
+
+func doPause(mode torpor.PauseMode) func(e *env, id string) {
+	return func(e *env, id string) { _, _ = e.eng.Pause(ctx, "acme", id, mode) }
+}
+
+func doStart(e *env, id string)     { _, _ = e.eng.Start(ctx, "acme", id) }
+func doHibernate(e *env, id string) { _, _ = e.eng.Hibernate(ctx, "acme", id) }
+func doRestart(e *env, id string)   { _, _ = e.eng.Restart(ctx, "acme", id) }
+func doDelete(e *env, id string)    { _, _ = e.eng.Delete(ctx, "acme", id) }
+
+// pausing is the points of a pause of a running sandbox.
+func pausingPoints() []crashPoint {
+	return []crashPoint{
+		{"pausing.before-store", torpor.StateRunning},
+		{"pausing.after-store", torpor.StatePaused},
+		{"pausing.before-runtime", torpor.StatePaused},
+		{"pausing.after-runtime", torpor.StatePaused},
+		{"paused.after-store", torpor.StatePaused},
+	}
+}
+
+func resumingPoints() []crashPoint {
+	return []crashPoint{
+		{"resuming.before-store", torpor.StatePaused},
+		{"resuming.before-runtime", torpor.StateRunning},
+		{"resuming.after-runtime", torpor.StateRunning},
+		{"resumed.after-store", torpor.StateRunning},
+	}
+}
+
+func hibernatingPoints(from torpor.State) []crashPoint {
+	return []crashPoint{
+		{"hibernating.before-store", from},
+		{"hibernating.after-store", torpor.StateHibernated},
+		{"hibernating.before-runtime", torpor.StateHibernated},
+		{"hibernating.after-runtime", torpor.StateHibernated},
+		{"hibernated.after-store", torpor.StateHibernated},
+	}
+}
+
+func terminatingPoints(from torpor.State) []crashPoint {
+	return []crashPoint{
+		{"terminating.before-store", from},
+		{"terminating.before-runtime", torpor.StateTerminated},
+		{"terminating.after-runtime", torpor.StateTerminated},
+		{"terminated.after-store", torpor.StateTerminated},
+	}
+}
+
+var crashPaths = []crashPath{
+	{"create", nil, func(e *env, _ string) { e.create(torpor.CreateRequest{}) }, []crashPoint{
+		{"create.before-store", ""},
+		{"create.before-runtime", torpor.StateRunning},
+		{"starting.after-runtime", torpor.StateRunning},
+		{"started.after-store", torpor.StateRunning},
+	}},
+	{"pause by freeze", newRunning, doPause(torpor.PauseFreeze), pausingPoints()},
+	{"pause by snapshot", newRunning, doPause(torpor.PauseSnapshot), pausingPoints()},
+	{"resume from freeze", newPaused(torpor.PauseFreeze), doStart, resumingPoints()},
+	{"resume from snapshot", newPaused(torpor.PauseSnapshot), doStart, resumingPoints()},
+	{"hibernate running", newRunning, doHibernate, hibernatingPoints(torpor.StateRunning)},
+	{"hibernate frozen", newPaused(torpor.PauseFreeze), doHibernate, hibernatingPoints(torpor.StatePaused)},
+	{"hibernate snapshotted", newPaused(torpor.PauseSnapshot), doHibernate, hibernatingPoints(torpor.StatePaused)},
+	{"start hibernated", newHibernated, doStart, []crashPoint{
+		{"starting.before-store", torpor.StateHibernated},
+		{"starting.before-runtime", torpor.StateRunning},
+		{"starting.after-runtime", torpor.StateRunning},
+		{"started.after-store", torpor.StateRunning},
+	}},
+	{"restart", newRunning, doRestart, []crashPoint{
+		{"restarting.before-store", torpor.StateRunning},
+		{"restarting.before-runtime", torpor.StateRunning},
+		{"restarting.after-runtime", torpor.StateRunning},
+		{"restarted.after-store", torpor.StateRunning},
+	}},
+	{"delete running", newRunning, doDelete, terminatingPoints(torpor.StateRunning)},
+	{"delete frozen", newPaused(torpor.PauseFreeze), doDelete, terminatingPoints(torpor.StatePaused)},
+	{"delete snapshotted", newPaused(torpor.PauseSnapshot), doDelete, terminatingPoints(torpor.StatePaused)},
+	{"delete hibernated", newHibernated, doDelete, terminatingPoints(torpor.StateHibernated)},
+}
+
+// TestCrashAtEveryFailpoint crashes the engine at every point of every
+// transition listed in lifecycle.Failpoints, restarts it, and checks that
+// the sandbox is in a true state that agrees with its instance, that
+// nothing of it is left that its state does not hold (instance, snapshot,
+// disk), and that its ledger covers its life as its events say, each
+// second once. Every listed point must be crashed at by some path, and
+// every point the engine passes must be listed.
+func TestCrashAtEveryFailpoint(t *testing.T) {
+	var mu sync.Mutex
+	passed := map[string]bool{}
+	record := func(cfg *lifecycle.Config) {
+		crash := cfg.Failpoint
+		cfg.Failpoint = func(name string) {
+			mu.Lock()
+			passed[name] = true
+			mu.Unlock()
+			crash(name)
+		}
+	}
+	crashed := map[string]bool{}
+	for _, p := range crashPaths {
+		for _, c := range p.points {
+			crashed[c.at] = true
+			t.Run(p.name+"/"+c.at, func(t *testing.T) {
+				e := newEnv(t, record)
+				id := ""
+				if p.from != nil {
+					id = p.from(e)
+				}
+				e.clock.Advance(time.Second)
+				known := e.ids()
+				e.crashing(c.at, func() { p.do(e, id) })
+				e.clock.Advance(time.Second)
+				e.restart()
+				if id == "" {
+					id = e.newID(known)
+				}
+				if c.want == "" {
+					if id != "" {
+						t.Fatalf("a crash at %s left sandbox %s", c.at, id)
+					}
+					return
+				}
+				if id == "" {
+					t.Fatalf("a crash at %s lost the sandbox", c.at)
+				}
+				// What the restart set going (watchers of instances) has a
+				// moment to act: the state must hold, not only be reached.
+				time.Sleep(20 * time.Millisecond)
+				sb := e.get(id)
+				if sb.State != c.want {
+					t.Fatalf("after a crash at %s: %s, want %s", c.at, sb.State, c.want)
+				}
+				e.checkHeld(sb)
+				e.clock.Advance(time.Second)
+				e.checkLedger(id)
+				// It goes on: the next transition works, and its ledger
+				// still holds.
+				if sb.State != torpor.StateTerminated {
+					if _, err := e.eng.Delete(ctx, "acme", id); err != nil {
+						t.Fatal(err)
+					}
+					e.checkHeld(e.get(id))
+					e.checkLedger(id)
+				}
+			})
+		}
+	}
+	for _, at := range lifecycle.Failpoints() {
+		if !crashed[at] {
+			t.Errorf("no crash path goes through failpoint %s", at)
+		}
+	}
+	for at := range passed {
+		if !slices.Contains(lifecycle.Failpoints(), at) {
+			t.Errorf("the engine passed failpoint %s, which lifecycle.Failpoints does not list", at)
+		}
+	}
+}
+
+// ids returns the ids of every sandbox of the tenant.
+func (e *env) ids() []string {
+	e.t.Helper()
+	sbs, err := e.eng.List(ctx, "acme", torpor.SandboxFilter{IncludeTerminated: true})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var ids []string
+	for _, sb := range sbs {
+		ids = append(ids, sb.ID)
+	}
+	return ids
+}
+
+// newID returns the id of the one sandbox not in known, or "".
+func (e *env) newID(known []string) string {
+	e.t.Helper()
+	var ids []string
+	for _, id := range e.ids() {
+		if !slices.Contains(known, id) {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) > 1 {
+		e.t.Fatalf("new sandboxes %v, want at most one", ids)
+	}
+	if len(ids) == 0 {
+		return ""
+	}
+	return ids[0]
+}
+
+// checkHeld checks that sb's instance, snapshot and disk are what its
+// state holds, and no more.
+func (e *env) checkHeld(sb *torpor.Sandbox) {
+	e.t.Helper()
+	if sb.State.Transitional() {
+		e.t.Fatalf("sandbox %s is left %s", sb.ID, sb.State)
+	}
+	want := torpor.InstanceMissing
+	snapshot := sb.State == torpor.StatePaused && sb.PauseMode == torpor.PauseSnapshot
+	switch {
+	case sb.State == torpor.StateRunning:
+		want = torpor.InstanceRunning
+	case sb.State == torpor.StatePaused && !snapshot:
+		want = torpor.InstanceFrozen
+	}
+	if got := e.host.State(sb.ID); got != want {
+		e.t.Errorf("sandbox %s is %s (%s) with its instance %s, want %s", sb.ID, sb.State, sb.PauseMode, got, want)
+	}
+	if got := e.host.HasSnapshot(sb.ID); got != snapshot {
+		e.t.Errorf("sandbox %s is %s (%s): has a snapshot %v, want %v", sb.ID, sb.State, sb.PauseMode, got, snapshot)
+	}
+	if got := sb.Snapshot != nil; got != snapshot {
+		e.t.Errorf("sandbox %s is %s (%s): records a snapshot %v, want %v", sb.ID, sb.State, sb.PauseMode, got, snapshot)
+	}
+	if got, want := e.host.HasDisk(sb.ID), sb.State != torpor.StateTerminated; got != want {
+		e.t.Errorf("sandbox %s is %s: has a disk %v, want %v", sb.ID, sb.State, got, want)
+	}
+}
+
+// checkLedger checks that the sandbox's usage rows, the open interval
+// included, cover its life from its creation with no gap and no overlap,
+// as its event log says it was.
+func (e *env) checkLedger(id string) {
+	e.t.Helper()
+	sb := e.get(id)
+	rows, err := e.eng.Usage(ctx, "acme", torpor.UsageFilter{SandboxID: id})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	slices.SortFunc(rows, func(a, b torpor.UsageRecord) int { return a.Start.Compare(b.Start) })
+	for _, r := range rows {
+		if r.Kind == torpor.UsageSnapshotPaused && r.Seconds > 0 && r.SnapshotGiBSeconds <= 0 {
+			e.t.Errorf("the snapshot of %s is not billed from %s to %s", id, r.Start, r.End)
+		}
+	}
+	spans, err := torpor.SpansOfRows(rows)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	end := e.clock.Now()
+	if sb.TerminatedAt != nil {
+		end = *sb.TerminatedAt
+	}
+	if len(spans) == 0 || !spans[0].Start.Equal(sb.CreatedAt) || !spans[len(spans)-1].End.Equal(end) {
+		e.t.Fatalf("the ledger of %s %v does not span its life %s - %s", id, spans, sb.CreatedAt, end)
+	}
+	evs, err := e.eng.Events(ctx, "acme", torpor.EventFilter{SandboxID: id})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if want := torpor.SpansOfEvents(evs, end); !slices.Equal(spans, want) {
+		e.t.Fatalf("the ledger of %s\n%v\ndiffers from its event log\n%v", id, spans, want)
+	}
+}
