@@ -35,7 +35,8 @@ type fixture struct {
 	acmeKey  string
 }
 
-func newFixture(t testing.TB) *fixture {
+// newFixture starts a server; opts change its config (a rate limit, ...).
+func newFixture(t testing.TB, opts ...func(*api.Config)) *fixture {
 	t.Helper()
 	ctx := context.Background()
 	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "torpor.db"))
@@ -68,7 +69,11 @@ func newFixture(t testing.TB) *fixture {
 	if err := eng.Recover(ctx); err != nil {
 		t.Fatal(err)
 	}
-	srv := api.New(api.Config{Engine: eng, Auth: st, Templates: st, Webhooks: st, WebhookGuard: webhookGuard})
+	cfg := api.Config{Engine: eng, Auth: st, Templates: st, Webhooks: st, WebhookGuard: webhookGuard}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	srv := api.New(cfg)
 	srv.SetReady()
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)

@@ -35,8 +35,14 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 // writeError writes err in the error shape. Internal errors are logged with
-// their details and shown without them.
+// their details and shown without them. A client that went away is no
+// error: it is logged as such and recorded as 499, with no body.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	if clientGone(r, err) {
+		s.log.Info("client went away", "method", r.Method, "path", r.URL.Path)
+		w.WriteHeader(statusClientClosedRequest)
+		return
+	}
 	e := torpor.AsError(err)
 	if e.Code == torpor.EInternal {
 		s.log.Error("internal error", "method", r.Method, "path", r.URL.Path, "err", err)

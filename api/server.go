@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/torpor-dev/torpor"
+	"github.com/torpor-dev/torpor/api/ratelimit"
 	"github.com/torpor-dev/torpor/lifecycle"
 	"github.com/torpor-dev/torpor/template"
 	"github.com/torpor-dev/torpor/webhook"
@@ -42,6 +43,9 @@ type Config struct {
 	WebhookGuard *webhook.Guard
 	// MaxUploadBytes bounds the body of a file or tar upload; 0: no limit.
 	MaxUploadBytes int64
+	// RateLimit limits the requests of each tenant key (admin keys are
+	// exempt); nil: no limit. The daemon shares one with the E2B API.
+	RateLimit *ratelimit.Limiter
 }
 
 // Server serves the native API.
@@ -63,7 +67,9 @@ type Server struct {
 	hookGuard *webhook.Guard
 	// maxUpload bounds file and tar uploads (0: no limit).
 	maxUpload int64
-	ready     atomic.Bool
+	// limiter limits each tenant key's requests (nil: none).
+	limiter *ratelimit.Limiter
+	ready   atomic.Bool
 }
 
 // principal is who made a request.
@@ -135,6 +141,7 @@ func (s *Server) routes() []route {
 		{"POST", "/v1/templates/build", s.buildTemplate, true},
 		{"GET", "/v1/tenants", s.listTenants, true},
 		{"POST", "/v1/tenants", s.createTenant, true},
+		{"PATCH", "/v1/tenants/{name}", s.updateTenant, true},
 		{"POST", "/v1/keys", s.createKey, true},
 		{"POST", "/v1/webhooks", s.createWebhook, false},
 		{"GET", "/v1/webhooks", s.listWebhooks, false},
@@ -146,6 +153,7 @@ func (s *Server) routes() []route {
 func New(cfg Config) *Server {
 	s := &Server{requests: cfg.Requests, hooks: cfg.Webhooks, hooksChanged: cfg.WebhooksChanged, eng: cfg.Engine, auth: cfg.Auth, tmpls: cfg.Templates, clock: cfg.Clock, log: cfg.Logger, mux: http.NewServeMux()}
 	s.maxUpload = cfg.MaxUploadBytes
+	s.limiter = cfg.RateLimit
 	s.tmplMgr = cfg.TemplateManager
 	s.hookGuard = cfg.WebhookGuard
 	if s.hookGuard == nil {
@@ -232,6 +240,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, rt route) error {
 	}
 	p, err := s.authenticate(r.Context(), r)
 	if err != nil {
+		return err
+	}
+	if err := s.limit(p); err != nil {
 		return err
 	}
 	if rt.admin && !p.admin {

@@ -67,6 +67,19 @@ func IsCapacity(err error) bool {
 	return errors.As(err, &te) && te.Code == torpor.EConflict && te.Reason == "capacity"
 }
 
+// IsRateLimited reports whether err is a refusal because the key sent
+// more requests than its rate (429); its RetryAfter says when to send
+// again. The client does not retry these by itself.
+func IsRateLimited(err error) bool { return torpor.IsCode(err, torpor.ERateLimited) }
+
+// IsQuota reports whether err is a refusal because the tenant is at one
+// of its quotas (403, reason quota): waiting does not help, freeing or a
+// higher quota does.
+func IsQuota(err error) bool {
+	var te *torpor.Error
+	return errors.As(err, &te) && te.Code == torpor.EForbidden && te.Reason == torpor.ReasonQuota
+}
+
 // WithHTTPClient returns a copy of c that uses hc.
 func (c *Client) WithHTTPClient(hc *http.Client) *Client {
 	cp := *c
@@ -354,10 +367,18 @@ func (c *Client) CreateTenant(ctx context.Context, name string) (*torpor.Tenant,
 	return &t, c.do(ctx, "POST", "/v1/tenants", nil, wire.TenantRequest{Name: name}, &t)
 }
 
-// Tenants lists tenants (admin keys only).
+// Tenants lists tenants, each with its quota and what its sandboxes hold
+// (admin keys only).
 func (c *Client) Tenants(ctx context.Context) ([]torpor.Tenant, error) {
 	var out wire.TenantList
 	return out.Tenants, c.do(ctx, "GET", "/v1/tenants", nil, nil, &out)
+}
+
+// SetTenantQuota changes the quota fields q names (0 removes a limit) and
+// returns the tenant (admin keys only).
+func (c *Client) SetTenantQuota(ctx context.Context, name string, q wire.QuotaUpdate) (*torpor.Tenant, error) {
+	var t torpor.Tenant
+	return &t, c.do(ctx, "PATCH", "/v1/tenants/"+url.PathEscape(name), nil, wire.TenantUpdate{Quota: &q}, &t)
 }
 
 // CreateKey makes an API key for a tenant, and the tenant if it is new

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/torpor-dev/torpor"
+	"github.com/torpor-dev/torpor/api/ratelimit"
 	"github.com/torpor-dev/torpor/lifecycle"
 )
 
@@ -61,6 +62,10 @@ type Config struct {
 	// Ready, when set, says whether the daemon serves yet; until then
 	// every request is 503 with Retry-After.
 	Ready func() bool
+	// RateLimit limits the requests of each tenant key (admin keys are
+	// exempt), 429 with Retry-After beyond; nil: no limit. The daemon
+	// shares one with the native API, so a key has one rate.
+	RateLimit *ratelimit.Limiter
 }
 
 // API serves E2B's control plane. It is an http.Handler for exactly the
@@ -75,6 +80,7 @@ type API struct {
 	internet  bool
 	ready     func() bool
 	defRes    torpor.Resources
+	limiter   *ratelimit.Limiter
 	mux       *http.ServeMux
 
 	// cpu keeps each sandbox's last CPU sample, for cpuUsedPct.
@@ -124,7 +130,7 @@ func New(cfg Config) *API {
 	a := &API{
 		eng: cfg.Engine, auth: cfg.Auth, tmplStore: cfg.TemplateStore, tmpls: cfg.Templates,
 		log: cfg.Logger, domain: cfg.Domain, internet: cfg.AllowInternetByDefault, ready: cfg.Ready,
-		mux: http.NewServeMux(), cpu: map[string]cpuSample{}, defRes: cfg.DefaultResources,
+		mux: http.NewServeMux(), cpu: map[string]cpuSample{}, defRes: cfg.DefaultResources, limiter: cfg.RateLimit,
 	}
 	if a.defRes == (torpor.Resources{}) {
 		a.defRes = torpor.DefaultLimits.Default
@@ -162,6 +168,12 @@ func (a *API) serve(w http.ResponseWriter, r *http.Request, h handler) error {
 	k, err := a.authenticate(r)
 	if err != nil {
 		return err
+	}
+	if !k.Admin {
+		// Admin keys are exempt, as on the native API.
+		if err := a.limiter.Take(k.ID); err != nil {
+			return err
+		}
 	}
 	return h(w, r, k.Tenant, torpor.Caller{KeyID: k.ID, Tier: k.Tier})
 }

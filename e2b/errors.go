@@ -19,20 +19,27 @@ type errorBody struct {
 }
 
 // errCapacity is E2B's error_code for a node that cannot take a sandbox
-// now.
-const errCapacity = "sandbox_capacity_unavailable"
+// now, errQuota for a tenant at one of its quotas.
+const (
+	errCapacity = "sandbox_capacity_unavailable"
+	errQuota    = "sandbox_quota_exceeded"
+)
 
 // status maps an error to E2B's status, error_code and message. It is
 // torpor's one table (api/wire) with E2B's exceptions: a terminated
 // sandbox is not found (the SDK's kill then returns false and getInfo
-// throws its not-found error), and a node without capacity is 429 with
-// Retry-After, which the SDK retries by itself before it gives up.
+// throws its not-found error), a node without capacity is 429 with
+// Retry-After, which the SDK retries by itself before it gives up, and a
+// tenant at its quota is 429 as E2B answers too many concurrent
+// sandboxes, so the SDK shows its rate-limit error.
 func status(e *torpor.Error) (int, string) {
 	switch {
 	case e.Code == torpor.EGone:
 		return http.StatusNotFound, ""
 	case e.Code == torpor.EConflict && e.Reason == "capacity":
 		return http.StatusTooManyRequests, errCapacity
+	case e.Code == torpor.EForbidden && e.Reason == torpor.ReasonQuota:
+		return http.StatusTooManyRequests, errQuota
 	}
 	return wire.Status(e.Code), ""
 }

@@ -19,6 +19,7 @@ var statusByCode = map[torpor.ErrorCode]int{
 	torpor.ENotFound:        http.StatusNotFound,
 	torpor.EConflict:        http.StatusConflict,
 	torpor.EGone:            http.StatusGone,
+	torpor.ERateLimited:     http.StatusTooManyRequests,
 	torpor.EUnavailable:     http.StatusServiceUnavailable,
 	torpor.EInternal:        http.StatusInternalServerError,
 }
@@ -112,6 +113,8 @@ type EventList struct {
 // TenantRequest is the body of POST /v1/tenants.
 type TenantRequest struct {
 	Name string `json:"name"`
+	// Quota, when given, is the new tenant's quota.
+	Quota *torpor.Quota `json:"quota,omitempty"`
 }
 
 // KeyRequest is the body of POST /v1/keys.
