@@ -6,6 +6,7 @@ package daemon
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/torpor-dev/torpor"
+	"github.com/torpor-dev/torpor/api/ratelimit"
 	e2btemplates "github.com/torpor-dev/torpor/e2b/templates"
 	"github.com/torpor-dev/torpor/network"
 	"github.com/torpor-dev/torpor/proxy"
@@ -73,6 +75,10 @@ type Config struct {
 	CPUActivityThreshold        float64 `toml:"cpu_activity_threshold"`
 	// MaxUploadMiB bounds one file or tar upload through the API (0: none).
 	MaxUploadMiB int64 `toml:"max_upload_mib"`
+	// The request rate of each tenant key on the native and E2B APIs
+	// (docs/limits.md): sustained per second (0: no limit) and burst.
+	RateLimitPerSecond float64 `toml:"rate_limit_per_second"`
+	RateLimitBurst     int64   `toml:"rate_limit_burst"`
 	// WebhookAllowCIDRs lists the ranges webhooks may reach although
 	// they are the host's own networks (loopback, private, ...), which
 	// are refused otherwise (docs/webhooks.md).
@@ -137,6 +143,8 @@ func (c *Config) settings() []setting {
 		{"default_connection_idle_seconds", "connection_idle_seconds of a sandbox that sets none (0: off)", &c.DefaultConnectionIdle},
 		{"cpu_activity_threshold", "count a sandbox using at least this many CPUs on average as active (e.g. 0.1; 0: off)", &c.CPUActivityThreshold},
 		{"max_upload_mib", "largest file or tar archive one upload may send, in MiB (0: no limit)", &c.MaxUploadMiB},
+		{"rate_limit_per_second", "requests a second each tenant key may send, sustained, to the native and E2B APIs; admin keys are exempt (0: no limit)", &c.RateLimitPerSecond},
+		{"rate_limit_burst", "requests a tenant key that was quiet may send at once, above rate_limit_per_second", &c.RateLimitBurst},
 		{"webhook_allow_cidrs", "address ranges (CIDR, comma-separated) webhooks may reach although loopback, private, link-local or otherwise the host's own (empty: none)", (*string)(&c.WebhookAllowCIDRs)},
 		{"pricing_currency", "currency of the usage ledger's costs", &c.PricingCurrency},
 		{"pricing_vcpu_second", "price of one vCPU for a second (charged while running)", &c.PricingVCPUSecond},
@@ -193,6 +201,8 @@ func DefaultConfig() Config {
 		MaxPausedSeconds: 8 * 3600,
 		// connection_idle_seconds as in spec 003's example.
 		DefaultConnectionIdle: 300,
+		RateLimitPerSecond:    ratelimit.DefaultPerSecond,
+		RateLimitBurst:        ratelimit.DefaultBurst,
 
 		PricingCurrency:         torpor.DefaultPricing.Currency,
 		PricingVCPUSecond:       torpor.DefaultPricing.VCPUSecond,
@@ -341,6 +351,12 @@ func (c Config) validate() error {
 	}
 	if c.MaxUploadMiB < 0 || c.MaxUploadMiB > 1<<30 {
 		return fmt.Errorf("max_upload_mib must be between 0 (no limit) and %d, got %d", 1<<30, c.MaxUploadMiB)
+	}
+	if math.IsNaN(c.RateLimitPerSecond) || c.RateLimitPerSecond < 0 || c.RateLimitPerSecond > 1e6 {
+		return fmt.Errorf("rate_limit_per_second must be between 0 (no limit) and 1000000, got %v", c.RateLimitPerSecond)
+	}
+	if c.RateLimitBurst < 1 || c.RateLimitBurst > 1e6 {
+		return fmt.Errorf("rate_limit_burst must be between 1 and 1000000, got %d", c.RateLimitBurst)
 	}
 	if c.CPUActivityThreshold < 0 || c.CPUActivityThreshold > 1024 {
 		return fmt.Errorf("cpu_activity_threshold must be between 0 (off) and 1024 CPUs, got %v", c.CPUActivityThreshold)

@@ -49,6 +49,10 @@ func TestConfigLayers(t *testing.T) {
 		{"nameservers as a TOML string", nil, []string{"--config", dnsString},
 			func(c Config) bool { return nameservers(c) == "[192.0.2.3]" }},
 		{"no nameservers: the host's", nil, nil, func(c Config) bool { return nameservers(c) == "[]" }},
+		{"rate limits by default", nil, nil, func(c Config) bool { return c.RateLimitPerSecond == 50 && c.RateLimitBurst == 200 }},
+		{"rate limits from env and flags", map[string]string{"TORPOR_RATE_LIMIT_PER_SECOND": "2.5"}, []string{"--rate-limit-burst", "5"},
+			func(c Config) bool { return c.RateLimitPerSecond == 2.5 && c.RateLimitBurst == 5 }},
+		{"rate limits off", nil, []string{"--rate-limit-per-second", "0"}, func(c Config) bool { return c.RateLimitPerSecond == 0 }},
 		{"webhook ranges from the environment", map[string]string{"TORPOR_WEBHOOK_ALLOW_CIDRS": "10.1.2.3/16, fd00::/8"}, nil, func(c Config) bool {
 			p, err := c.webhookAllow()
 			return err == nil && fmt.Sprint(p) == "[10.1.0.0/16 fd00::/8]"
@@ -101,6 +105,8 @@ func TestConfigErrors(t *testing.T) {
 		{"IPv6 nameserver", nil, []string{"--network-dns", "2606:4700:4700::1111"}, "network_dns: 2606:4700:4700::1111 is an IPv6 address"},
 		{"too many nameservers", nil, []string{"--network-dns", "1.1.1.1,1.0.0.1,9.9.9.9,8.8.8.8"}, "network_dns lists 4 nameservers"},
 		{"nameservers not strings", nil, []string{"--config", badDNS}, "network_dns"},
+		{"negative rate limit", nil, []string{"--rate-limit-per-second", "-1"}, "rate_limit_per_second must be between 0"},
+		{"no burst", map[string]string{"TORPOR_RATE_LIMIT_BURST": "0"}, nil, "rate_limit_burst must be between 1"},
 		{"webhook range not a CIDR", nil, []string{"--webhook-allow-cidrs", "127.0.0.1"}, "webhook_allow_cidrs: \"127.0.0.1\" is not a CIDR range"},
 	}
 	for _, c := range cases {

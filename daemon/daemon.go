@@ -18,6 +18,7 @@ import (
 
 	"github.com/torpor-dev/torpor"
 	"github.com/torpor-dev/torpor/api"
+	"github.com/torpor-dev/torpor/api/ratelimit"
 	"github.com/torpor-dev/torpor/e2b"
 	"github.com/torpor-dev/torpor/e2b/envd"
 	"github.com/torpor-dev/torpor/e2b/interp"
@@ -155,8 +156,10 @@ func Run(ctx context.Context, cfg Config, opt Options) error {
 	allow, _ := cfg.webhookAllow() // checked by LoadConfig
 	guard := webhook.NewGuard(webhook.GuardConfig{Allow: allow, Self: self})
 	deliveries := webhook.New(webhook.Config{Store: st, Changed: eng.EventsChanged, Logger: log, Guard: guard})
+	// One limiter for both APIs: a key's rate is one rate.
+	limiter := ratelimit.New(ratelimit.Config{PerSecond: cfg.RateLimitPerSecond, Burst: int(cfg.RateLimitBurst)})
 	srv := api.New(api.Config{Engine: eng, Auth: st, Templates: st, TemplateManager: tmpls, Logger: log, MaxUploadBytes: cfg.MaxUploadMiB << 20, Webhooks: st,
-		Metrics: mets.Handler(), Requests: mets, WebhookGuard: guard,
+		Metrics: mets.Handler(), Requests: mets, WebhookGuard: guard, RateLimit: limiter,
 		WebhooksChanged: func() {
 			if err := deliveries.Refresh(ctx); err != nil {
 				log.Error("refreshing webhooks", "err", err)
@@ -168,7 +171,7 @@ func Run(ctx context.Context, cfg Config, opt Options) error {
 	e2bTemplates := e2btemplates.New(e2btemplates.Config{Builder: tmpls, Store: st, Aliases: aliases, Logger: log, MaxWait: 50 * time.Second})
 	e2bAPI := e2b.New(e2b.Config{Engine: eng, Auth: st, TemplateStore: st, Logger: log, Templates: e2bTemplates,
 		Domain: e2bDomain(cfg, proxyAddr), AllowInternetByDefault: sandboxNet != nil,
-		DefaultResources: cfg.limits().Default, Ready: srv.Ready})
+		DefaultResources: cfg.limits().Default, Ready: srv.Ready, RateLimit: limiter})
 	hs := &http.Server{Handler: apiHandler(srv, e2bAPI), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	serveErr := make(chan error, 2)
 	go func() { serveErr <- hs.Serve(ln) }()
