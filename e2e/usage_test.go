@@ -100,18 +100,7 @@ func TestUsageLedgerExactAcrossKillNine(t *testing.T) {
 		if len(spans) == 0 || !spans[0].Start.Equal(sb.CreatedAt) || !spans[len(spans)-1].End.Equal(*sb.TerminatedAt) {
 			t.Fatalf("ledger of %s %v does not span its life %s - %s", id, spans, sb.CreatedAt, sb.TerminatedAt)
 		}
-		var events []torpor.Event
-		for since := int64(0); ; {
-			evs, next, err := cl.Events(ctx, id, since)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(evs) == 0 {
-				break
-			}
-			events, since = append(events, evs...), next
-		}
-		if want := torpor.SpansOfEvents(events, *sb.TerminatedAt); !slices.Equal(spans, want) {
+		if want := torpor.SpansOfEvents(sandboxEvents(t, cl, id), *sb.TerminatedAt); !slices.Equal(spans, want) {
 			t.Fatalf("ledger of %s\n%v\ndiffers from its event log\n%v", id, spans, want)
 		}
 		m := sb.Meters
