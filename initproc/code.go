@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -106,11 +107,17 @@ func refuse(code torpor.ErrorCode, param, format string, args ...any) CodeRespon
 // codeServerMain is `torpor init code-server -socket PATH`: it starts the
 // code server in the background (its own session, stdio on /dev/null) and
 // returns once it listens, or at once when one already answers on PATH.
-// With -foreground it is the server.
+// With -foreground it is the server. The background server is this binary
+// started again: by the command that -self gives, word by word, when the
+// binary runs through an ELF interpreter (package runc runs a dynamically
+// linked torpor so, and /proc/self/exe is then the interpreter), else by
+// its own path.
 func codeServerMain(args []string) int {
 	fs := flag.NewFlagSet("torpor init code-server", flag.ContinueOnError)
 	sock := fs.String("socket", filepath.Join(DefaultRunDir, CodeSocket), "unix socket to listen on")
 	fg := fs.Bool("foreground", false, "serve in this process")
+	var self stringList
+	fs.Var(&self, "self", "a word of the command that runs this binary (repeatable; default: the binary's own path)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -130,13 +137,16 @@ func codeServerMain(args []string) int {
 		c.Close()
 		return 0
 	}
-	return startCodeServer(*sock)
+	return startCodeServer(*sock, self)
 }
 
-func startCodeServer(sock string) int {
-	self, err := os.Executable()
-	if err != nil {
-		self = "/proc/self/exe"
+func startCodeServer(sock string, self []string) int {
+	if len(self) == 0 {
+		exe, err := os.Executable()
+		if err != nil {
+			exe = "/proc/self/exe"
+		}
+		self = []string{exe}
 	}
 	devnull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
 	if err != nil {
@@ -149,7 +159,8 @@ func startCodeServer(sock string) int {
 		fmt.Fprintf(os.Stderr, "torpor code-server: %v\n", err)
 		return 1
 	}
-	p, err := os.StartProcess(self, []string{self, "init", "code-server", "-foreground", "-socket", sock}, &os.ProcAttr{
+	argv := append(slices.Clip(self), "init", "code-server", "-foreground", "-socket", sock)
+	p, err := os.StartProcess(self[0], argv, &os.ProcAttr{
 		Env:   os.Environ(),
 		Files: []*os.File{devnull, devnull, devnull, w},
 		Sys:   &syscall.SysProcAttr{Setsid: true},

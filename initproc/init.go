@@ -11,9 +11,13 @@
 // runs one command in its own process tree, kills the whole tree at a
 // timeout, and writes an ExecResult to a descriptor the runtime passed.
 //
-// The package depends on the standard library only, and the torpor binary
-// must be linked statically (CGO_ENABLED=0) to run inside any root
-// filesystem.
+// The package depends on the standard library only. It runs inside root
+// file systems with any C library or none: so it never looks a name up
+// through the C library (users and groups come from the sandbox's
+// /etc/passwd and /etc/group, read here; the network is used through unix
+// sockets only). The torpor binary is linked statically (CGO_ENABLED=0),
+// or runs through the host's ELF interpreter with the host's C library
+// (package runc sees to that).
 package initproc
 
 import (
@@ -40,7 +44,7 @@ const DefaultRunDir = "/.torpor/run"
 //
 //	torpor init [-run DIR] [-setup CMD]... [-- ENTRYPOINT ARG...]
 //	torpor init exec [-timeout D] [-cwd DIR] [-env K=V]... [-result-fd N] -- CMD ARG...
-//	torpor init code-server [-socket PATH] [-foreground]
+//	torpor init code-server [-socket PATH] [-foreground] [-self WORD]...
 func Main(args []string) int {
 	if len(args) > 0 && args[0] == "code-server" {
 		return codeServerMain(args[1:])

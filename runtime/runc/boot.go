@@ -104,7 +104,7 @@ func (r *Runtime) start(ctx context.Context, spec torpor.BootSpec) (instance, er
 	config := buildSpec(specInput{
 		Boot:      spec,
 		RootFS:    r.rootfsDir(id),
-		InitPath:  r.initPath,
+		Init:      r.init,
 		RunDir:    r.runDir(id),
 		Cgroup:    "/" + r.cgroupRel(id),
 		SwapLimit: r.cg.swapLimitable(),
@@ -132,7 +132,7 @@ func (r *Runtime) start(ctx context.Context, spec torpor.BootSpec) (instance, er
 	if err != nil {
 		return instance{}, fmt.Errorf("runc run: %w", err)
 	}
-	in := instance{instances.Proc{PID: pid}}
+	in := instance{Proc: instances.Proc{PID: pid}, Init: r.init.argv}
 	if in.Start, _, err = instances.Stat(pid); err != nil {
 		// Exited already; `runc state` still knows it as stopped.
 		in.Start = ^uint64(0)

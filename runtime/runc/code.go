@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path"
+	"slices"
 	"strconv"
 	"time"
 
@@ -42,9 +43,11 @@ func (r *Runtime) codeConn(ctx context.Context, ref torpor.InstanceRef, id strin
 	if c, err := dialCode(r.runDir(id)); err == nil {
 		return c, nil
 	}
+	// Exec reports a missing instance; its record says how its init runs.
+	in, _, _ := r.lookup(ctx, id)
 	var stdout, stderr bytes.Buffer
 	res, err := r.Exec(ctx, ref, torpor.ExecRequest{
-		Cmd:     []string{initMount, "init", "code-server", "-socket", path.Join(runMount, initproc.CodeSocket)},
+		Cmd:     codeServerCmd(initArgvOf(in)),
 		Stdout:  &limitedBuffer{buf: &stdout, max: 4096},
 		Stderr:  &limitedBuffer{buf: &stderr, max: 4096},
 		Timeout: 30 * time.Second,
@@ -98,4 +101,17 @@ func dialCode(dir string) (net.Conn, error) {
 	f := os.NewFile(uintptr(s), "code.sock")
 	defer f.Close()
 	return net.FileConn(f)
+}
+
+// codeServerCmd starts the code server of the init that initArgv runs.
+// The server starts itself again in the background: through the same
+// command, which it is told when it is more than the binary.
+func codeServerCmd(initArgv []string) []string {
+	cmd := append(slices.Clip(initArgv), "init", "code-server", "-socket", path.Join(runMount, initproc.CodeSocket))
+	if len(initArgv) > 1 {
+		for _, w := range initArgv {
+			cmd = append(cmd, "-self="+w)
+		}
+	}
+	return cmd
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"sort"
 	"syscall"
 	"time"
@@ -34,7 +35,7 @@ func (r *Runtime) Exec(ctx context.Context, ref torpor.InstanceRef, req torpor.E
 	if err := instances.ValidateExec(req); err != nil {
 		return torpor.ExecResult{}, err
 	}
-	st, _, err := r.inspect(ctx, id)
+	st, in, err := r.inspect(ctx, id)
 	if err != nil {
 		return torpor.ExecResult{}, err
 	}
@@ -47,7 +48,7 @@ func (r *Runtime) Exec(ctx context.Context, ref torpor.InstanceRef, req torpor.E
 			return torpor.ExecResult{}, err
 		}
 	}
-	res, ran, err := r.runExec(ctx, id, req)
+	res, ran, err := r.runExec(ctx, id, initArgvOf(in), req)
 	if err != nil || ran {
 		return res, err
 	}
@@ -59,9 +60,10 @@ func (r *Runtime) Exec(ctx context.Context, ref torpor.InstanceRef, req torpor.E
 	return res, fmt.Errorf("runc: exec in %s: the command did not report (runc exit status %d)", id, res.ExitCode)
 }
 
-// runExec runs the helper through runc exec. ran reports whether the
-// helper wrote its result (the result is then the command's).
-func (r *Runtime) runExec(ctx context.Context, id string, req torpor.ExecRequest) (torpor.ExecResult, bool, error) {
+// runExec runs the helper, with the instance's init command initArgv,
+// through runc exec. ran reports whether the helper wrote its result (the
+// result is then the command's).
+func (r *Runtime) runExec(ctx context.Context, id string, initArgv []string, req torpor.ExecRequest) (torpor.ExecResult, bool, error) {
 	resultR, resultW, err := os.Pipe()
 	if err != nil {
 		return torpor.ExecResult{}, false, err
@@ -73,7 +75,7 @@ func (r *Runtime) runExec(ctx context.Context, id string, req torpor.ExecRequest
 		runCtx, cancel = context.WithTimeout(ctx, req.Timeout+execGrace)
 	}
 	defer cancel()
-	cmd := exec.CommandContext(runCtx, r.runcPath, execArgs(r.runcRoot, id, req)...)
+	cmd := exec.CommandContext(runCtx, r.runcPath, execArgs(r.runcRoot, id, initArgv, req)...)
 	cmd.Stdin = req.Stdin
 	cmd.Stdout = req.Stdout
 	cmd.Stderr = req.Stderr
@@ -136,19 +138,22 @@ func execOutcome(ctx, runCtx context.Context, b []byte, runcCode int, waitErr er
 	return torpor.ExecResult{ExitCode: out.ExitCode, TimedOut: out.TimedOut}, true, nil
 }
 
-// execArgs is the runc command line that runs req through the helper.
-func execArgs(runcRoot, id string, req torpor.ExecRequest) []string {
+// execArgs is the runc command line that runs req through the helper,
+// which initArgv runs.
+func execArgs(runcRoot, id string, initArgv []string, req torpor.ExecRequest) []string {
 	args := []string{"--root", runcRoot, "exec", "--preserve-fds", "1"}
 	if req.User != "" {
 		args = append(args, "--user", req.User)
 	}
-	if len(req.Cmd) > 2 && req.Cmd[0] == initMount && req.Cmd[1] == "init" && req.Cmd[2] == "code-server" {
+	if isCodeServer(initArgv, req.Cmd) {
 		// The code server starts background processes as the users they
 		// name (E2B runs everything as its "user"): it may switch uid and
 		// gid, which the sandbox's root otherwise may not.
 		args = append(args, "--cap", "CAP_SETUID", "--cap", "CAP_SETGID")
 	}
-	args = append(args, id, initMount, "init", "exec", "-result-fd", "3")
+	args = append(args, id)
+	args = append(args, initArgv...)
+	args = append(args, "init", "exec", "-result-fd", "3")
 	if req.Timeout > 0 {
 		args = append(args, "-timeout", req.Timeout.String())
 	}
@@ -165,4 +170,11 @@ func execArgs(runcRoot, id string, req torpor.ExecRequest) []string {
 	}
 	args = append(args, "--")
 	return append(args, req.Cmd...)
+}
+
+// isCodeServer reports whether cmd starts the code server of the init
+// that initArgv runs.
+func isCodeServer(initArgv, cmd []string) bool {
+	n := len(initArgv)
+	return len(cmd) > n+1 && slices.Equal(cmd[:n], initArgv) && cmd[n] == "init" && cmd[n+1] == "code-server"
 }

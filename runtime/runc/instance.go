@@ -24,6 +24,10 @@ import (
 // checked, never trusted.
 type instance struct {
 	instances.Proc
+	// Init is the command that runs the torpor binary in the instance
+	// (initBinary.argv at its boot); empty in records of instances booted
+	// before it was kept, which ran a static binary.
+	Init []string `json:"init,omitempty"`
 }
 
 // handle encodes the instance as Boot's opaque handle.

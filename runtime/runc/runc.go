@@ -4,10 +4,11 @@
 // Each sandbox gets a directory under Config.Dir/sandboxes/<id>/ holding
 // its disk (an overlayfs upper and work directory over the template's root
 // filesystem, so sandboxes share the template's files), its OCI bundle and
-// init's run directory. The container's pid 1 is the static torpor binary
-// in init mode (package initproc), bind-mounted read-only; it runs the setup
-// commands and the entrypoint and reports through files in the run
-// directory.
+// init's run directory. The container's pid 1 is the torpor binary in init
+// mode (package initproc), bind-mounted read-only (with the host's ELF
+// interpreter and C library when it is dynamically linked, see
+// initBinary); it runs the setup commands and the entrypoint and reports
+// through files in the run directory.
 //
 // Freeze and thaw write the cgroup freezer directly instead of running
 // `runc pause`; runc reads the same files, so `runc state` agrees. Every
@@ -20,7 +21,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"debug/elf"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -51,8 +51,10 @@ type Config struct {
 	Dir string
 	// RuncPath is the runc binary; empty: "runc" from PATH.
 	RuncPath string
-	// InitPath is the torpor binary that runs as each sandbox's init. It
-	// must be statically linked (built with CGO_ENABLED=0). Required.
+	// InitPath is the torpor binary that runs as each sandbox's init:
+	// statically linked (CGO_ENABLED=0), or dynamically linked against the
+	// host's C library, which then is bind-mounted into each sandbox with
+	// it. Required.
 	InitPath string
 	// CgroupParent is the cgroup under which every sandbox's cgroup is
 	// made, in every hierarchy. List reports every cgroup under it (and
@@ -93,6 +95,7 @@ type Runtime struct {
 	runcRoot string
 	runcPath string
 	initPath string
+	init     initBinary
 	parent   string
 	cg       *cgroups
 	log      *slog.Logger
@@ -111,7 +114,7 @@ var _ torpor.Runtime = (*Runtime)(nil)
 
 var cgroupParentRE = regexp.MustCompile(`^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$`)
 
-// New checks the host (runc, a static init binary, overlayfs, cgroups) and
+// New checks the host (runc, the init binary, overlayfs, cgroups) and
 // returns a Runtime over cfg.Dir.
 func New(cfg Config) (*Runtime, error) {
 	if cfg.Dir == "" {
@@ -128,12 +131,16 @@ func New(cfg Config) (*Runtime, error) {
 	if runcPath, err = exec.LookPath(runcPath); err != nil {
 		return nil, fmt.Errorf("runc: no runc binary (%w): install Debian's runc package (apt-get install runc)", err)
 	}
-	if err := checkStaticInit(cfg.InitPath); err != nil {
-		return nil, err
+	if cfg.InitPath == "" {
+		return nil, errors.New("runc: Config.InitPath (the torpor binary) is required")
 	}
 	initPath, err := filepath.Abs(cfg.InitPath)
 	if err != nil {
 		return nil, fmt.Errorf("runc: %w", err)
+	}
+	initBin, err := inspectInit(initPath)
+	if err != nil {
+		return nil, err
 	}
 	parent := cfg.CgroupParent
 	if parent == "" {
@@ -154,6 +161,7 @@ func New(cfg Config) (*Runtime, error) {
 		runcRoot: filepath.Join(dir, "runc"),
 		runcPath: runcPath,
 		initPath: initPath,
+		init:     initBin,
 		parent:   parent,
 		cg:       cg,
 		log:      cfg.Logger,
@@ -180,25 +188,6 @@ func New(cfg Config) (*Runtime, error) {
 func defaultCgroupParent(dir string) string {
 	sum := sha256.Sum256([]byte(dir))
 	return "torpor/" + hex.EncodeToString(sum[:4])
-}
-
-// checkStaticInit makes sure the init binary exists and has no program
-// interpreter: it runs inside root filesystems without shared libraries.
-func checkStaticInit(p string) error {
-	if p == "" {
-		return errors.New("runc: Config.InitPath (the static torpor binary) is required")
-	}
-	f, err := elf.Open(p)
-	if err != nil {
-		return fmt.Errorf("runc: init binary: %w", err)
-	}
-	defer f.Close()
-	for _, prog := range f.Progs {
-		if prog.Type == elf.PT_INTERP {
-			return fmt.Errorf("runc: init binary %s is dynamically linked; build torpor with CGO_ENABLED=0", p)
-		}
-	}
-	return nil
 }
 
 func checkOverlay() error {

@@ -2,6 +2,7 @@ package runc
 
 import (
 	"runtime"
+	"slices"
 
 	"github.com/torpor-dev/torpor"
 	"github.com/torpor-dev/torpor/initproc"
@@ -9,8 +10,8 @@ import (
 
 // Paths inside the sandbox.
 const (
-	// initMount is where the (static) torpor binary is bind-mounted
-	// read-only; it runs as the sandbox's pid 1 and as the exec helper.
+	// initMount is where the torpor binary is bind-mounted read-only; it
+	// runs as the sandbox's pid 1 and as the exec helper (see initBinary).
 	initMount = "/.torpor/torpor"
 	// runMount is init's run directory, bind-mounted read-write from
 	// the host: reports and the entrypoint log.
@@ -127,11 +128,11 @@ type (
 
 // specInput is what the OCI config is made from.
 type specInput struct {
-	Boot     torpor.BootSpec
-	RootFS   string // the overlay mount
-	InitPath string // host path of the static torpor binary
-	RunDir   string // host path of the run directory
-	Cgroup   string // cgroupsPath, absolute in every hierarchy
+	Boot   torpor.BootSpec
+	RootFS string     // the overlay mount
+	Init   initBinary // the torpor binary: how it runs, its mounts
+	RunDir string     // host path of the run directory
+	Cgroup string     // cgroupsPath, absolute in every hierarchy
 	// SwapLimit: the host can limit memory+swap (no swap for sandboxes).
 	SwapLimit bool
 	// NetNS is the network namespace to join (made by the network
@@ -150,7 +151,7 @@ var defaultCaps = []string{"CAP_AUDIT_WRITE", "CAP_KILL", "CAP_NET_BIND_SERVICE"
 // the dangerous system calls, and the sandbox's resource limits.
 func buildSpec(in specInput) ociSpec {
 	b := in.Boot
-	args := []string{initMount, "init", "-run", runMount}
+	args := append(slices.Clip(in.Init.argv), "init", "-run", runMount)
 	for _, s := range b.Setup {
 		args = append(args, "-setup", s)
 	}
@@ -161,6 +162,17 @@ func buildSpec(in specInput) ociSpec {
 	if hostname == "" {
 		hostname = b.SandboxID
 	}
+	mounts := []ociMount{
+		{Destination: "/proc", Type: "proc", Source: "proc"},
+		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
+		{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"}},
+		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
+		{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
+		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
+		{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"}},
+	}
+	mounts = append(mounts, in.Init.mounts...)
+	mounts = append(mounts, ociMount{Destination: runMount, Type: "bind", Source: in.RunDir, Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"}})
 	return ociSpec{
 		OCIVersion: "1.0.2",
 		Process: ociProcess{
@@ -175,17 +187,7 @@ func buildSpec(in specInput) ociSpec {
 		},
 		Root:     ociRoot{Path: in.RootFS},
 		Hostname: hostname,
-		Mounts: []ociMount{
-			{Destination: "/proc", Type: "proc", Source: "proc"},
-			{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
-			{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"}},
-			{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
-			{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
-			{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
-			{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"}},
-			{Destination: initMount, Type: "bind", Source: in.InitPath, Options: []string{"bind", "ro", "nosuid", "nodev"}},
-			{Destination: runMount, Type: "bind", Source: in.RunDir, Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"}},
-		},
+		Mounts:   mounts,
 		Linux: ociLinux{
 			Resources:   buildResources(b.Resources, in.SwapLimit),
 			CgroupsPath: in.Cgroup,

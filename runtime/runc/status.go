@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
+	"slices"
 
 	"github.com/torpor-dev/torpor"
 	"github.com/torpor-dev/torpor/initproc"
@@ -68,7 +70,28 @@ func (r *Runtime) findInstance(ctx context.Context, id string) (*instance, error
 		// Its init is gone: a stopped container of unknown start time.
 		start = ^uint64(0)
 	}
-	return &instance{instances.Proc{PID: s.Pid, Start: start}}, nil
+	return &instance{Proc: instances.Proc{PID: s.Pid, Start: start}, Init: r.bundleInit(id)}, nil
+}
+
+// bundleInit reads, from the sandbox's OCI config, the command that runs
+// its init binary: the words of init's command line before "init".
+func (r *Runtime) bundleInit(id string) []string {
+	b, err := os.ReadFile(filepath.Join(r.sandboxDir(id), "config.json"))
+	if err != nil {
+		return nil
+	}
+	var spec struct {
+		Process struct {
+			Args []string `json:"args"`
+		} `json:"process"`
+	}
+	if json.Unmarshal(b, &spec) != nil {
+		return nil
+	}
+	if i := slices.Index(spec.Process.Args, "init"); i > 0 {
+		return spec.Process.Args[:i]
+	}
+	return nil
 }
 
 // failure says why a stopped instance stopped, from init's report and the
