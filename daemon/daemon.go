@@ -59,7 +59,8 @@ type Options struct {
 }
 
 // Run serves until ctx ends. Sandboxes keep running after it returns; the
-// next Run adopts them.
+// next Run adopts them. What the daemon made on the host and no sandbox
+// uses any more goes when it returns (releaseHost).
 func Run(ctx context.Context, cfg Config, opt Options) error {
 	if opt.Stdout == nil {
 		opt.Stdout = os.Stdout
@@ -103,6 +104,9 @@ func Run(ctx context.Context, cfg Config, opt Options) error {
 	if vrt := newVMRuntime(ctx, cfg, sandboxNet, resolvConf, log); vrt != nil {
 		runtimes = append(runtimes, vrt)
 	}
+	// Deferred before the engine's Close, so it runs after it: no boot is
+	// under way when the host's leftovers go.
+	defer releaseHost(runtimes, sandboxNet, log)
 	gpuLeases, gpuAttach, err := newGPU(cfg, st, opt.Getenv, log)
 	if err != nil {
 		return err

@@ -309,6 +309,30 @@ func In(path string, fn func() error) error {
 	return <-errc
 }
 
+// ports lists the names of the links plugged into the bridge (none when
+// the bridge is missing).
+func (n *Network) ports() ([]string, error) {
+	br, err := netlink.LinkByName(n.bridge)
+	var nf netlink.LinkNotFoundError
+	if errors.As(err, &nf) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("network: bridge %s: %w", n.bridge, err)
+	}
+	links, err := netlink.LinkList()
+	if err != nil {
+		return nil, fmt.Errorf("network: links: %w", err)
+	}
+	var out []string
+	for _, l := range links {
+		if l.Attrs().MasterIndex == br.Attrs().Index {
+			out = append(out, l.Attrs().Name)
+		}
+	}
+	return out, nil
+}
+
 // deleteLink deletes a link by name (a veth's peer goes with it); a
 // missing link is fine.
 func deleteLink(name string) error {

@@ -107,6 +107,10 @@ type Network struct {
 	mu     sync.Mutex
 	leases map[string]netip.Addr // netns path → address, as this process knows them
 	next   netip.Addr            // where the next allocation starts looking
+	// users holds a shared lock on the bridge's users file for as long as
+	// the Network is open: Close removes the bridge only when it can take
+	// that lock exclusively, that is when no other Network holds it.
+	users *os.File
 }
 
 var (
@@ -152,12 +156,21 @@ func New(ctx context.Context, cfg Config) (*Network, error) {
 	if err := os.MkdirAll(n.leaseDir(), 0o700); err != nil {
 		return nil, fmt.Errorf("network: %w", err)
 	}
+	// The users lock comes first: a Close that is removing the bridge
+	// holds it exclusively, and the bridge is made again once it is done.
+	users, err := flockFile(n.usersPath(), unix.LOCK_SH)
+	if err != nil {
+		return nil, err
+	}
+	n.users = users
 	unlock, err := n.lock()
 	if err != nil {
+		n.users.Close()
 		return nil, err
 	}
 	defer unlock()
 	if err := n.ensureBridge(); err != nil {
+		n.users.Close()
 		return nil, err
 	}
 	all, err := n.readLeases()
@@ -176,6 +189,7 @@ func New(ctx context.Context, cfg Config) (*Network, error) {
 		live = append(live, l)
 	}
 	if err := n.writeRules(live); err != nil {
+		n.users.Close()
 		return nil, err
 	}
 	return n, nil
@@ -322,6 +336,7 @@ func (n *Network) Remove(ctx context.Context) error {
 	for _, l := range all {
 		_ = deleteLink(hostLinkName(l.Addr))
 	}
+	n.closeUsers()
 	if err := n.deleteRules(); err != nil {
 		return err
 	}
@@ -329,6 +344,56 @@ func (n *Network) Remove(ctx context.Context) error {
 		return fmt.Errorf("network: %w", err)
 	}
 	return os.RemoveAll(n.dir)
+}
+
+// Close ends this Network's use of the bridge. When nothing else uses the
+// bridge then (no link is plugged into it: a running or frozen sandbox's
+// port, a VM's; and no other Network, of this process or another, holds
+// it), Close also deletes the bridge and its nftables tables, so that a
+// daemon that stops with no sandbox running leaves the host's network as
+// it found it. The leases stay (files under Config.StateDir): a hibernated
+// sandbox boots again with its address, and the next New makes the bridge
+// and its rules again. The Network must not be used after Close.
+func (n *Network) Close(ctx context.Context) error {
+	unlock, err := n.lock()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	n.closeUsers()
+	ports, err := n.ports()
+	if err != nil {
+		return err
+	}
+	if len(ports) > 0 {
+		n.log.Debug("network: the bridge stays: links are plugged into it", "bridge", n.bridge, "ports", len(ports))
+		return nil
+	}
+	only, err := flockFile(n.usersPath(), unix.LOCK_EX|unix.LOCK_NB)
+	if errors.Is(err, unix.EWOULDBLOCK) {
+		n.log.Debug("network: the bridge stays: another torpor uses it", "bridge", n.bridge)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer only.Close()
+	if err := n.deleteRules(); err != nil {
+		return err
+	}
+	if err := deleteLink(n.bridge); err != nil {
+		return fmt.Errorf("network: %w", err)
+	}
+	n.log.Info("network: removed the bridge and its nftables tables, which no sandbox uses", "bridge", n.bridge)
+	return nil
+}
+
+// closeUsers gives up this Network's hold on the bridge.
+func (n *Network) closeUsers() {
+	if n.users != nil {
+		n.users.Close()
+		n.users = nil
+	}
 }
 
 // lease is one address's file.
@@ -341,6 +406,7 @@ type lease struct {
 func (n *Network) leaseDir() string              { return filepath.Join(n.dir, "leases") }
 func (n *Network) leasePath(a netip.Addr) string { return filepath.Join(n.leaseDir(), a.String()) }
 func (n *Network) lockPath() string              { return filepath.Join(n.dir, "lock") }
+func (n *Network) usersPath() string             { return filepath.Join(n.dir, "users") }
 func (n *Network) inRange(a netip.Addr) bool {
 	return n.prefix.Contains(a) && a != n.gw && a != n.prefix.Addr() && a != n.broadcast()
 }
@@ -350,21 +416,32 @@ func (n *Network) hostAddrs() (netip.Addr, netip.Addr) { return n.gw.Next(), n.b
 // lock takes the lock on the bridge's leases and rules, shared by every
 // process on the host; the returned func releases it.
 func (n *Network) lock() (func(), error) {
-	f, err := os.OpenFile(n.lockPath(), os.O_CREATE|os.O_RDWR, 0o600)
+	f, err := flockFile(n.lockPath(), unix.LOCK_EX)
+	if err != nil {
+		return nil, err
+	}
+	return func() { f.Close() }, nil
+}
+
+// flockFile opens (making it when missing) the file at path and locks it
+// with flock(2) as how says; closing the file unlocks it. A lock that
+// LOCK_NB refuses is an error that wraps unix.EWOULDBLOCK.
+func flockFile(path string, how int) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("network: lock: %w", err)
 	}
 	for {
-		err = unix.Flock(int(f.Fd()), unix.LOCK_EX)
+		err = unix.Flock(int(f.Fd()), how)
 		if !errors.Is(err, unix.EINTR) {
 			break
 		}
 	}
 	if err != nil {
 		f.Close()
-		return nil, fmt.Errorf("network: lock: %w", err)
+		return nil, fmt.Errorf("network: lock %s: %w", filepath.Base(path), err)
 	}
-	return func() { f.Close() }, nil
+	return f, nil
 }
 
 // readLeases reads every lease of the bridge (any process's).

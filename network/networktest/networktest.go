@@ -16,8 +16,10 @@ import (
 	"os"
 	"path/filepath"
 	goruntime "runtime"
+	"slices"
 	"testing"
 
+	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -182,4 +184,35 @@ func HostService(t testing.TB) string {
 	t.Cleanup(func() { srv.Close() })
 	_, port, _ := net.SplitHostPort(ln.Addr().String())
 	return port
+}
+
+// Tables returns the families ("bridge", "inet") of the host's nftables
+// tables called name, sorted: a sandbox network's tables are named after
+// its bridge.
+func Tables(t testing.TB, name string) []string {
+	t.Helper()
+	c, err := nftables.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, err := c.ListTables()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, tb := range all {
+		if tb.Name != name {
+			continue
+		}
+		switch tb.Family {
+		case nftables.TableFamilyBridge:
+			out = append(out, "bridge")
+		case nftables.TableFamilyINet:
+			out = append(out, "inet")
+		default:
+			out = append(out, fmt.Sprint(tb.Family))
+		}
+	}
+	slices.Sort(out)
+	return out
 }

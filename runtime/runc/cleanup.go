@@ -1,0 +1,37 @@
+package runc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+)
+
+// Cleanup removes what the runtime made on the host that no sandbox uses
+// any more: its cgroup parent, in every hierarchy, when no sandbox's
+// cgroup is left under it (a running or frozen sandbox keeps it; a
+// hibernated one has none). The "torpor" cgroup above the default parents
+// stays: every runtime on the host shares it. The daemon calls Cleanup
+// when it stops; the runtime stays usable (a boot makes the parent
+// again).
+func (r *Runtime) Cleanup(ctx context.Context) error {
+	return r.cg.removeEmpty(r.parent)
+}
+
+// removeEmpty removes the cgroup rel from every hierarchy where it has no
+// child cgroup and no process; elsewhere, and where it is missing, it
+// stays as it is.
+func (c *cgroups) removeEmpty(rel string) error {
+	var errs []error
+	for _, h := range c.hierarchies {
+		err := unix.Rmdir(filepath.Join(h, rel))
+		switch {
+		case err == nil, errors.Is(err, unix.ENOENT), errors.Is(err, unix.EBUSY), errors.Is(err, unix.ENOTEMPTY):
+		default:
+			errs = append(errs, fmt.Errorf("runc: remove cgroup %s: %w", filepath.Join(h, rel), err))
+		}
+	}
+	return errors.Join(errs...)
+}
