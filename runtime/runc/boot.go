@@ -69,31 +69,32 @@ func validateBoot(spec torpor.BootSpec) error {
 	return instances.ValidateTemplate(spec.Template)
 }
 
-// start prepares the sandbox's directories, mounts its root and runs the
-// container detached.
+// start prepares the sandbox's disk and directories, mounts its root and
+// its network and runs the container detached.
 func (r *Runtime) start(ctx context.Context, spec torpor.BootSpec) (instance, error) {
 	id := spec.SandboxID
-	for _, d := range []string{r.upperDir(id), r.workDir(id), r.rootfsDir(id)} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return instance{}, err
-		}
-	}
-	// Reports of the previous boot must not be mistaken for this one's.
-	if err := os.RemoveAll(r.runDir(id)); err != nil {
+	if err := os.MkdirAll(r.sandboxDir(id), 0o755); err != nil {
 		return instance{}, err
 	}
-	if err := os.Mkdir(r.runDir(id), 0o755); err != nil {
-		return instance{}, err
-	}
-	if err := mountLayers(spec.Template.LowerDirs(), r.upperDir(id), r.workDir(id), r.rootfsDir(id), filepath.Join(r.dir, "l")); err != nil {
-		return instance{}, err
-	}
+	// The network namespace is made while the root is mounted: neither
+	// needs the other, and each takes a few milliseconds.
 	var netns string
+	attached := make(chan error, 1)
 	if r.net != nil {
 		netns = r.netnsPath(id)
-		if _, err := r.net.Attach(ctx, network.Endpoint{NetNS: netns, Internet: spec.AllowInternet}); err != nil {
-			return instance{}, err
-		}
+		go func() {
+			_, err := r.net.Attach(ctx, network.Endpoint{NetNS: netns, Internet: spec.AllowInternet})
+			attached <- err
+		}()
+	} else {
+		attached <- nil
+	}
+	err := r.mountRoot(ctx, spec)
+	if aerr := <-attached; err == nil {
+		err = aerr
+	}
+	if err != nil {
+		return instance{}, err
 	}
 	if spec.AllowInternet && r.resolvConf != "" {
 		if err := writeResolvConf(r.rootfsDir(id), r.resolvConf); err != nil {
@@ -141,6 +142,28 @@ func (r *Runtime) start(ctx context.Context, spec torpor.BootSpec) (instance, er
 		return instance{}, err
 	}
 	return in, nil
+}
+
+// mountRoot mounts the sandbox's disk (making it at the first boot) and
+// its root, the overlay of the template's layers and the disk, and makes
+// init's run directory afresh.
+func (r *Runtime) mountRoot(ctx context.Context, spec torpor.BootSpec) error {
+	id := spec.SandboxID
+	upper, work, err := r.prepareDisk(ctx, id, spec.Resources.DiskMiB)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(r.rootfsDir(id), 0o755); err != nil {
+		return err
+	}
+	// Reports of the previous boot must not be mistaken for this one's.
+	if err := os.RemoveAll(r.runDir(id)); err != nil {
+		return err
+	}
+	if err := os.Mkdir(r.runDir(id), 0o755); err != nil {
+		return err
+	}
+	return mountLayers(spec.Template.LowerDirs(), upper, work, r.rootfsDir(id), filepath.Join(r.dir, "l"))
 }
 
 // writeResolvConf writes text to /etc/resolv.conf on the sandbox's disk,

@@ -2,7 +2,8 @@
 // binary.
 //
 // Each sandbox gets a directory under Config.Dir/sandboxes/<id>/ holding
-// its disk (an overlayfs upper and work directory over the template's root
+// its disk (an ext4 image of its disk_mib, see prepareDisk, which holds the
+// overlayfs upper and work directories over the template's root
 // filesystem, so sandboxes share the template's files), its OCI bundle and
 // init's run directory. The container's pid 1 is the torpor binary in init
 // mode (package initproc), bind-mounted read-only (with the host's ELF
@@ -108,13 +109,19 @@ type Runtime struct {
 	code instances.CodeServer
 	// codeStarts serialises starting a sandbox's code server.
 	codeStarts keyedmutex.Mutex
+	// mkfs is mkfs.ext4, with which disks of a fixed size are made; ""
+	// where the host cannot make them (see prepareDisk).
+	mkfs string
+	// blanks serialises making each blank disk image.
+	blanks keyedmutex.Mutex
 }
 
 var _ torpor.Runtime = (*Runtime)(nil)
 
 var cgroupParentRE = regexp.MustCompile(`^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$`)
 
-// New checks the host (runc, the init binary, overlayfs, cgroups) and
+// New checks the host (runc, the init binary, overlayfs, cgroups, and
+// what disks of a fixed size need) and
 // returns a Runtime over cfg.Dir.
 func New(cfg Config) (*Runtime, error) {
 	if cfg.Dir == "" {
@@ -173,6 +180,17 @@ func New(cfg Config) (*Runtime, error) {
 	if r.log == nil {
 		r.log = slog.Default()
 	}
+	mkfs, noDisks := diskSupport()
+	if noDisks == "" {
+		if err := probeDisks(context.Background(), filepath.Join(dir, "disks"), mkfs); err != nil {
+			noDisks = err.Error()
+		}
+	}
+	if noDisks != "" {
+		r.log.Warn("runc: sandboxes' disk_mib is not enforced: their disks are directories on the host's file system", "why", noDisks)
+	} else {
+		r.mkfs = mkfs
+	}
 	r.code = instances.CodeServer{Who: Kind, CheckRef: checkRef, Conn: r.codeConn, Runtime: r}
 	r.ProcessClient = initproc.ProcessClient{Send: r.code.Send, Who: Kind}
 	for _, d := range []string{r.runcRoot, filepath.Join(dir, "sandboxes")} {
@@ -208,14 +226,14 @@ func (r *Runtime) Kind() string { return Kind }
 func (r *Runtime) PauseModes() []torpor.PauseMode { return []torpor.PauseMode{torpor.PauseFreeze} }
 
 // sandboxDir is the directory of everything the runtime keeps for a
-// sandbox: its OCI bundle (config.json), disk (upper, work), root mount
-// (rootfs), init's run directory (run) and instance record.
+// sandbox: its OCI bundle (config.json), disk (disk.img mounted at disk/,
+// which holds upper/ and work/; or upper/ and work/ themselves, see
+// prepareDisk), root mount (rootfs), init's run directory (run) and
+// instance record.
 func (r *Runtime) sandboxDir(id string) string { return filepath.Join(r.dir, "sandboxes", id) }
 
 func (r *Runtime) sandboxPath(id, name string) string { return filepath.Join(r.sandboxDir(id), name) }
 
-func (r *Runtime) upperDir(id string) string     { return r.sandboxPath(id, "upper") }
-func (r *Runtime) workDir(id string) string      { return r.sandboxPath(id, "work") }
 func (r *Runtime) rootfsDir(id string) string    { return r.sandboxPath(id, "rootfs") }
 func (r *Runtime) runDir(id string) string       { return r.sandboxPath(id, "run") }
 func (r *Runtime) instanceFile(id string) string { return r.sandboxPath(id, "instance.json") }
@@ -231,11 +249,6 @@ func (r *Runtime) runcState(id string) string { return filepath.Join(r.runcRoot,
 
 // cgroupRel is the sandbox's cgroup, relative to each hierarchy's root.
 func (r *Runtime) cgroupRel(id string) string { return r.parent + "/" + id }
-
-func (r *Runtime) diskExists(id string) bool {
-	_, err := os.Stat(r.upperDir(id))
-	return err == nil
-}
 
 // checkRef validates the sandbox id (before it reaches any path) and the
 // handle.

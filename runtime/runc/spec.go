@@ -209,7 +209,8 @@ func buildSpec(in specInput) ociSpec {
 
 // buildResources turns the sandbox's limits into cgroup settings: memory
 // (and no swap where the host can say so), a CPU quota of vcpus periods,
-// and a pids limit. Disk size is not enforced by this runtime.
+// and a pids limit. The disk's size is the size of its file system (see
+// prepareDisk).
 func buildResources(r torpor.Resources, swapLimit bool) ociResources {
 	res := ociResources{
 		Devices: []ociDevice{{Allow: false, Access: "rwm"}},

@@ -35,8 +35,10 @@ func (r *Runtime) Destroy(ctx context.Context, ref torpor.InstanceRef) error {
 				return err
 			}
 		}
-		if mounted(r.rootfsDir(id)) {
-			return fmt.Errorf("%s is still mounted", r.rootfsDir(id))
+		for _, d := range []string{r.rootfsDir(id), r.diskMount(id)} {
+			if mounted(d) {
+				return fmt.Errorf("%s is still mounted", d)
+			}
 		}
 		return os.RemoveAll(r.sandboxDir(id))
 	})
@@ -44,8 +46,8 @@ func (r *Runtime) Destroy(ctx context.Context, ref torpor.InstanceRef) error {
 
 // removeInstance kills the instance (thawing it first: a frozen process
 // cannot die), deletes the runc container and its cgroups, unmounts the
-// root and removes the network namespace. The disk and the sandbox's
-// address stay. Each step tolerates what is already gone, so this
+// root and the disk and removes the network namespace. The disk and the
+// sandbox's address stay. Each step tolerates what is already gone, so this
 // is safe after any crash.
 func (r *Runtime) removeInstance(ctx context.Context, id string) error {
 	rel := r.cgroupRel(id)
@@ -74,6 +76,9 @@ func (r *Runtime) removeInstance(ctx context.Context, id string) error {
 		return err
 	}
 	if err := unmountAll(r.rootfsDir(id)); err != nil {
+		return err
+	}
+	if err := unmountAll(r.diskMount(id)); err != nil {
 		return err
 	}
 	if r.net != nil {

@@ -16,7 +16,7 @@ import (
 // ResourceUsage returns what the sandbox uses now: CPU time and memory
 // from its cgroup (memory.current and memory.stat's file on v2,
 // memory.usage_in_bytes and total_cache on v1), and the space its
-// writable layer (the overlay's upper directory) takes on the host's disk.
+// writable layer holds (diskBytes).
 func (r *Runtime) ResourceUsage(ctx context.Context, ref torpor.InstanceRef) (torpor.ResourceUsage, error) {
 	id, err := checkRef(ref)
 	if err != nil {
@@ -39,7 +39,7 @@ func (r *Runtime) ResourceUsage(ctx context.Context, ref torpor.InstanceRef) (to
 	if n, ok := statValue(filepath.Join(dir, "memory.stat"), cacheKey); ok {
 		u.MemoryCacheBytes = &n
 	}
-	if n, err := diskUsage(ctx, r.upperDir(id)); err == nil {
+	if n, err := r.diskBytes(ctx, id); err == nil {
 		u.DiskBytes = &n
 	}
 	return u, nil
