@@ -309,6 +309,27 @@ func In(path string, fn func() error) error {
 	return <-errc
 }
 
+// forgetNeighbor drops the host's ARP entry for addr on the bridge. The
+// address's next holder has another MAC address, which the host would not
+// ask for while the old entry lives: half a minute and more of packets
+// lost, while other ports keep the bridge up (the entries of a bridge go
+// with its last port). A missing entry or bridge is fine.
+func (n *Network) forgetNeighbor(addr netip.Addr) error {
+	br, err := netlink.LinkByName(n.bridge)
+	var nf netlink.LinkNotFoundError
+	if errors.As(err, &nf) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("bridge %s: %w", n.bridge, err)
+	}
+	err = netlink.NeighDel(&netlink.Neigh{LinkIndex: br.Attrs().Index, Family: unix.AF_INET, IP: net.IP(addr.AsSlice())})
+	if err != nil && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("forget the neighbour %s on %s: %w", addr, n.bridge, err)
+	}
+	return nil
+}
+
 // ports lists the names of the links plugged into the bridge (none when
 // the bridge is missing).
 func (n *Network) ports() ([]string, error) {

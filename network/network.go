@@ -182,6 +182,7 @@ func New(ctx context.Context, cfg Config) (*Network, error) {
 		if _, err := os.Stat(filepath.Dir(l.NetNS)); errors.Is(err, fs.ErrNotExist) {
 			n.log.Info("network: reclaiming the address of a vanished sandbox", "addr", l.Addr, "netns", l.NetNS)
 			_ = deleteLink(hostLinkName(l.Addr))
+			_ = n.forgetNeighbor(l.Addr)
 			_ = os.Remove(n.leasePath(l.Addr))
 			continue
 		}
@@ -280,6 +281,9 @@ func (n *Network) Detach(ctx context.Context, netns string) error {
 func (n *Network) detach(addr netip.Addr, netns string) error {
 	if addr.IsValid() {
 		if err := deleteLink(hostLinkName(addr)); err != nil {
+			return fmt.Errorf("network: %w", err)
+		}
+		if err := n.forgetNeighbor(addr); err != nil {
 			return fmt.Errorf("network: %w", err)
 		}
 		unlock, err := n.lock()
