@@ -1,7 +1,9 @@
 package api
 
 import (
+	"archive/tar"
 	"bufio"
+	"bytes"
 	"errors"
 	"io"
 	"net/http"
@@ -270,8 +272,12 @@ func (s *Server) uploadTar(w http.ResponseWriter, r *http.Request, p principal) 
 	if err != nil {
 		return err
 	}
+	tarBody := bufio.NewReaderSize(body, tarBlock)
+	if err := checkTarStart(tarBody); err != nil {
+		return err
+	}
 	return s.withFiles(r, p, true, func(root files.FS) error {
-		res, err := root.ExtractTar(path, body)
+		res, err := root.ExtractTar(path, tarBody)
 		if err != nil {
 			var re *files.ReadError
 			if errors.As(err, &re) && !errors.As(err, new(*http.MaxBytesError)) {
@@ -282,6 +288,32 @@ func (s *Server) uploadTar(w http.ResponseWriter, r *http.Request, p principal) 
 		writeJSON(w, http.StatusOK, res)
 		return nil
 	})
+}
+
+// tarBlock is the size of a tar header.
+const tarBlock = 512
+
+// checkTarStart refuses a body whose first block is not a tar header
+// before the sandbox is asked for anything, so that an archive malformed
+// from its start changes nothing (the target directory is made before the
+// first entry). One found malformed later keeps the entries before the
+// fault (docs/files.md). An empty body is an empty archive.
+func checkTarStart(br *bufio.Reader) error {
+	head, err := br.Peek(tarBlock)
+	switch {
+	case len(head) == 0 && errors.Is(err, io.EOF):
+		return nil
+	case errors.Is(err, io.EOF):
+		return torpor.Invalid("body", "the archive is malformed or was cut after 0 entries: %d bytes, less than one tar header", len(head))
+	case err != nil:
+		return bodyError(&files.ReadError{Err: err})
+	}
+	// A header that needs the blocks after it (a long name) is left to
+	// the extraction: only a block that is no header is refused here.
+	if _, err := tar.NewReader(bytes.NewReader(head)).Next(); errors.Is(err, tar.ErrHeader) {
+		return torpor.Invalid("body", "the archive is malformed or was cut after 0 entries: %v", err)
+	}
+	return nil
 }
 
 // lazyWriter starts a 200 response with its content type at the first
