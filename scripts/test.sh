@@ -43,6 +43,10 @@ echo "==> fuzzing the create body (4,000 inputs)"
 go test -run '^$' -fuzz FuzzCreateBody -fuzztime 4000x ./api/
 echo "==> fuzzing the E2B create body (3,000 inputs)"
 go test -run '^$' -fuzz FuzzE2BCreateBody -fuzztime 3000x -fuzzminimizetime 50x -parallel 1 ./e2b/
+# FuzzAPIRequest's count includes its seed corpus (some 900 hostile
+# requests over every route), replayed first.
+echo "==> fuzzing every route of the API listener, native and E2B (3,000 inputs)"
+go test -run '^$' -fuzz FuzzAPIRequest -fuzztime 3000x -fuzzminimizetime 50x -parallel 1 ./api/
 echo "==> fuzzing envd's Connect envelopes (20,000 inputs)"
 go test -run '^$' -fuzz FuzzConnectEnvelope -fuzztime 20000x -fuzzminimizetime 50x ./e2b/envd/
 echo "==> fuzzing envd's multipart reader against mime/multipart (50,000 inputs)"
