@@ -193,7 +193,7 @@ func crashCases(modes []torpor.PauseMode) []crashCase {
 	cs = append(cs, crashCase{name: "create/kill-9-during-setup", drive: func(t *testing.T, r *crashRig, d *daemon, _ string) {
 		// The shell of a container's setup shows among the host's
 		// processes by its marker (the true after the sleep keeps it).
-		setup := ": " + setupMarker + "; sleep 2; true"
+		setup := ": " + setupMarker() + "; sleep 2; true"
 		if r.kind == "vm" {
 			setup = "sleep 6" // see waitSetup
 		}
@@ -368,8 +368,10 @@ func (r *crashRig) prepare(t *testing.T, d *daemon, from crashFrom) string {
 	return id
 }
 
-// setupMarker names the setup of the kill -9 case among processes.
-const setupMarker = "torpor-crash-setup"
+// setupMarker names the setup of the kill -9 case among processes. It
+// holds the test process's pid, so that a crash matrix run beside this
+// one (another checkout's) cannot be taken for it.
+func setupMarker() string { return fmt.Sprintf("torpor-crash-setup-%d", os.Getpid()) }
 
 // waitSetup waits until a sandbox being created runs its setup: a
 // container's is a process of the host; a microVM's runs in its guest, so
@@ -378,7 +380,7 @@ const setupMarker = "torpor-crash-setup"
 func (r *crashRig) waitSetup(t *testing.T, d *daemon, had map[string]int) {
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
-		if len(processesWith(setupMarker)) > 0 {
+		if len(processesWith(setupMarker())) > 0 {
 			return
 		}
 		for id := range r.qemus() {
