@@ -116,6 +116,7 @@ func codeServerMain(args []string) int {
 	fs := flag.NewFlagSet("torpor init code-server", flag.ContinueOnError)
 	sock := fs.String("socket", filepath.Join(DefaultRunDir, CodeSocket), "unix socket to listen on")
 	fg := fs.Bool("foreground", false, "serve in this process")
+	setid := fs.Bool("setid-caps", false, "this process was given CAP_SETUID, CAP_SETGID and CAP_SETPCAP beyond the sandbox's own: drop them from the bounding set (keeping the first two to switch users), and run execs")
 	var self stringList
 	fs.Var(&self, "self", "a word of the command that runs this binary (repeatable; default: the binary's own path)")
 	if err := fs.Parse(args); err != nil {
@@ -130,17 +131,25 @@ func codeServerMain(args []string) int {
 			return 1
 		}
 		ready.Close()
-		newCodeServer().serve(l)
+		s := newCodeServer()
+		if *setid {
+			// What the server starts as root then has the sandbox's own
+			// capabilities, as a command runc exec starts has; a server
+			// that cannot make it so runs no execs (they go through runc
+			// exec).
+			s.execs = dropSetidBounding() == nil
+		}
+		s.serve(l)
 		return 0
 	}
 	if c, err := net.Dial("unix", *sock); err == nil {
 		c.Close()
 		return 0
 	}
-	return startCodeServer(*sock, self)
+	return startCodeServer(*sock, self, *setid)
 }
 
-func startCodeServer(sock string, self []string) int {
+func startCodeServer(sock string, self []string, setid bool) int {
 	if len(self) == 0 {
 		exe, err := os.Executable()
 		if err != nil {
@@ -160,6 +169,9 @@ func startCodeServer(sock string, self []string) int {
 		return 1
 	}
 	argv := append(slices.Clip(self), "init", "code-server", "-foreground", "-socket", sock)
+	if setid {
+		argv = append(argv, "-setid-caps")
+	}
 	p, err := os.StartProcess(self[0], argv, &os.ProcAttr{
 		Env:   os.Environ(),
 		Files: []*os.File{devnull, devnull, devnull, w},
@@ -211,6 +223,13 @@ type codeServer struct {
 	python string
 	// procs are the background processes.
 	procs *procTable
+	// execs: the server runs ProcExec (it answers it not found otherwise,
+	// as a server that predates it does).
+	execs bool
+	// spare is the exec helper started ahead (execserve.go).
+	spareMu       sync.Mutex
+	spare         *spareHelper
+	spareStarting bool
 }
 
 // codeContext is one interpreter's context. run serializes its snippets;
@@ -273,6 +292,9 @@ func (s *codeServer) handle(c net.Conn) {
 	var res CodeResponse
 	if err := json.Unmarshal(line, &req); err != nil {
 		res.Fail = "bad request: " + err.Error()
+	} else if req.Proc != nil && req.Proc.Op == ProcExec && s.execs {
+		s.exec(c, br, *req.Proc) // it answers on c as the command runs
+		return
 	} else if req.Proc != nil && req.Proc.Op == ProcCodeOutput {
 		pr := s.codeOutput(*req.Proc)
 		res.Proc = &pr

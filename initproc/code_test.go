@@ -17,6 +17,12 @@ import (
 )
 
 func startTestCodeServer(t *testing.T) string {
+	sock, _ := startTestCodeServerWith(t, func(*codeServer) {})
+	return sock
+}
+
+// startTestCodeServerWith starts a code server that set has set up.
+func startTestCodeServerWith(t *testing.T, set func(*codeServer)) (string, *codeServer) {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), CodeSocket)
 	l, err := listenCode(sock)
@@ -24,12 +30,13 @@ func startTestCodeServer(t *testing.T) string {
 		t.Fatal(err)
 	}
 	s := newCodeServer()
+	set(s)
 	go s.serve(l)
 	t.Cleanup(func() {
 		l.Close()
 		s.killAll()
 	})
-	return sock
+	return sock, s
 }
 
 func runCode(t *testing.T, sock, lang, code string, timeoutMS int64) CodeResponse {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -25,10 +26,23 @@ func execMain(args []string) int {
 	timeout := fs.Duration("timeout", 0, "kill the command's process tree after this long (0: never)")
 	cwd := fs.String("cwd", "", "working directory")
 	resultFD := fs.Int("result-fd", -1, "descriptor to write the JSON result to")
+	requestFD := fs.Int("request-fd", -1, "descriptor to read the rest of the command line from, a JSON array (a helper started ahead of its command)")
 	var env stringList
 	fs.Var(&env, "env", "KEY=VALUE to set (repeatable; overrides the inherited environment)")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *requestFD >= 0 {
+		var rest []string
+		f := os.NewFile(uintptr(*requestFD), "request")
+		err := json.NewDecoder(io.LimitReader(f, maxHelperRequest)).Decode(&rest)
+		f.Close()
+		if err != nil { // the code server that started it went away
+			return 2
+		}
+		if err := fs.Parse(rest); err != nil {
+			return 2
+		}
 	}
 	var result *os.File
 	if *resultFD >= 0 {
@@ -43,6 +57,10 @@ func execMain(args []string) int {
 	}
 	return res.ExitCode
 }
+
+// maxHelperRequest bounds the command line a helper started ahead reads:
+// twice what execve takes.
+const maxHelperRequest = 4 << 20
 
 func runExec(argv, env []string, cwd string, timeout time.Duration) ExecResult {
 	if len(argv) == 0 {

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+	"unsafe"
 )
 
 // prSetChildSubreaper is PR_SET_CHILD_SUBREAPER of prctl(2).
@@ -117,4 +118,50 @@ func parentPID(pid int) (int, bool) {
 	}
 	ppid, err := strconv.Atoi(string(fields[1]))
 	return ppid, err == nil
+}
+
+// Capabilities of capabilities(7), and the calls that change them.
+const (
+	capSetgid         = 6
+	capSetuid         = 7
+	capSetpcap        = 8
+	linuxCapVersion3  = 0x20080522
+	prCapbsetDrop     = 24
+	prCapAmbient      = 47
+	prCapAmbientLower = 3
+)
+
+// dropSetidBounding drops CAP_SETUID, CAP_SETGID and CAP_SETPCAP from the
+// bounding set, then CAP_SETPCAP from every other set, on every thread (a
+// thread's capabilities are its own, and a child gets those of the thread
+// that forked it): this process keeps the power to switch the users of the
+// processes it starts, but a process it starts as root gains none of the
+// three when it runs its program (root gains the bounding set;
+// no_new_privs does not stop that). A binary built with cgo cannot change
+// every thread (ENOTSUP).
+func dropSetidBounding() error {
+	for _, c := range []uintptr{capSetuid, capSetgid, capSetpcap} {
+		if _, _, errno := syscall.AllThreadsSyscall(syscall.SYS_PRCTL, prCapbsetDrop, c, 0); errno != 0 {
+			return errno
+		}
+	}
+	hdr := struct {
+		version uint32
+		pid     int32
+	}{version: linuxCapVersion3}
+	var data [2]struct{ effective, permitted, inheritable uint32 }
+	if _, _, errno := syscall.RawSyscall(syscall.SYS_CAPGET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); errno != 0 {
+		return errno
+	}
+	data[0].effective &^= 1 << capSetpcap
+	data[0].permitted &^= 1 << capSetpcap
+	data[0].inheritable &^= 1 << capSetpcap
+	if _, _, errno := syscall.AllThreadsSyscall(syscall.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); errno != 0 {
+		return errno
+	}
+	// EINVAL: a kernel without ambient capabilities has none to drop.
+	if _, _, errno := syscall.AllThreadsSyscall6(syscall.SYS_PRCTL, prCapAmbient, prCapAmbientLower, capSetpcap, 0, 0, 0); errno != 0 && errno != syscall.EINVAL {
+		return errno
+	}
+	return nil
 }

@@ -669,13 +669,18 @@ func lookupUser(spec string) (*procUser, error) {
 }
 
 // scanColonFile calls fn with the fields of each line of a passwd-style
-// file (its first MiB) until fn returns false.
+// file (its first MiB) until fn returns false. Anything but a regular
+// file (a FIFO the sandbox put there, which would block the open or the
+// read) is as good as none.
 func scanColonFile(name string, fn func([]string) bool) error {
-	f, err := os.Open(name)
+	f, err := os.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return fmt.Errorf("%s is not a regular file", name)
+	}
 	sc := bufio.NewScanner(io.LimitReader(f, 1<<20))
 	for sc.Scan() {
 		if !fn(strings.Split(sc.Text(), ":")) {

@@ -107,7 +107,7 @@ func dialCode(dir string) (net.Conn, error) {
 // The server starts itself again in the background: through the same
 // command, which it is told when it is more than the binary.
 func codeServerCmd(initArgv []string) []string {
-	cmd := append(slices.Clip(initArgv), "init", "code-server", "-socket", path.Join(runMount, initproc.CodeSocket))
+	cmd := append(slices.Clip(initArgv), "init", "code-server", "-socket", path.Join(runMount, initproc.CodeSocket), "-setid-caps")
 	if len(initArgv) > 1 {
 		for _, w := range initArgv {
 			cmd = append(cmd, "-self="+w)

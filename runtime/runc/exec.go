@@ -23,10 +23,11 @@ import (
 // sandbox does the killing, and only fails to when the sandbox is frozen.
 const execGrace = 5 * time.Second
 
-// Exec runs a command in the running instance through `runc exec` and the
-// init binary's exec helper, which runs the command in its own process tree
-// and kills the whole tree at req.Timeout. A frozen instance is refused with
-// a conflict at once, a missing one with not_found.
+// Exec runs a command in the running instance through the init binary's
+// exec helper, which runs the command in its own process tree and kills the
+// whole tree at req.Timeout. The sandbox's code server starts the helper
+// (execCall), or, where it cannot, `runc exec` does. A frozen instance is
+// refused with a conflict at once, a missing one with not_found.
 func (r *Runtime) Exec(ctx context.Context, ref torpor.InstanceRef, req torpor.ExecRequest) (torpor.ExecResult, error) {
 	id, err := checkRef(ref)
 	if err != nil {
@@ -48,7 +49,11 @@ func (r *Runtime) Exec(ctx context.Context, ref torpor.InstanceRef, req torpor.E
 			return torpor.ExecResult{}, err
 		}
 	}
-	res, ran, err := r.runExec(ctx, id, initArgvOf(in), req)
+	initArgv := initArgvOf(in)
+	res, ran, err := r.execCall(ctx, ref, id, initArgv, &req)
+	if errors.Is(err, errNoExecCall) {
+		res, ran, err = r.runExec(ctx, id, initArgv, req)
+	}
 	if err != nil || ran {
 		return res, err
 	}
@@ -146,14 +151,22 @@ func execArgs(runcRoot, id string, initArgv []string, req torpor.ExecRequest) []
 		args = append(args, "--user", req.User)
 	}
 	if isCodeServer(initArgv, req.Cmd) {
-		// The code server starts background processes as the users they
-		// name (E2B runs everything as its "user"): it may switch uid and
-		// gid, which the sandbox's root otherwise may not.
-		args = append(args, "--cap", "CAP_SETUID", "--cap", "CAP_SETGID")
+		// The code server starts background processes and execs as the
+		// users they name (E2B runs everything as its "user"): it may
+		// switch uid and gid, which the sandbox's root otherwise may not.
+		// With CAP_SETPCAP it drops all three from its bounding set
+		// (-setid-caps), so that what it starts as root has no more than
+		// the sandbox's own capabilities.
+		args = append(args, "--cap", "CAP_SETUID", "--cap", "CAP_SETGID", "--cap", "CAP_SETPCAP")
 	}
 	args = append(args, id)
-	args = append(args, initArgv...)
-	args = append(args, "init", "exec", "-result-fd", "3")
+	return append(args, helperArgs(initArgv, req)...)
+}
+
+// helperArgs is the command line of the helper that runs req, which
+// initArgv runs, with its result on descriptor 3.
+func helperArgs(initArgv []string, req torpor.ExecRequest) []string {
+	args := append(slices.Clip(initArgv), "init", "exec", "-result-fd", "3")
 	if req.Timeout > 0 {
 		args = append(args, "-timeout", req.Timeout.String())
 	}
