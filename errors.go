@@ -3,6 +3,7 @@ package torpor
 import (
 	"errors"
 	"fmt"
+	"syscall"
 	"time"
 )
 
@@ -65,20 +66,46 @@ func WrongState(verb string, s State) *Error {
 		Message: fmt.Sprintf("cannot %s a sandbox that is %s", verb, s)}
 }
 
+// ReasonDiskFull refines the unavailable error of a change that could not
+// be made because the file system of the server's data dir (its database,
+// the sandboxes' disk images) has no space left.
+const ReasonDiskFull = "disk_full"
+
+// diskFullRetry is the Retry-After of a full data disk: space comes back
+// only when someone frees it.
+const diskFullRetry = 30 * time.Second
+
+// DiskFull is the error of a change refused because the server's data disk
+// is full.
+func DiskFull() *Error {
+	return &Error{Code: EUnavailable, Reason: ReasonDiskFull, RetryAfter: diskFullRetry, Message: DiskFullMessage}
+}
+
+// DiskFullMessage says what DiskFull says, for a sandbox's failure too.
+const DiskFullMessage = "the server's data disk is full; free space on the file system of the daemon's data dir, then try again (reads still work)"
+
+// IsDiskFull reports whether err says the server's data disk is full: the
+// error DiskFull returns, or a host file system's ENOSPC that no *Error
+// explains (a sandbox's own full disk is an *Error of its own).
+func IsDiskFull(err error) bool {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Reason == ReasonDiskFull
+	}
+	return errors.Is(err, syscall.ENOSPC)
+}
+
 // ErrorCodeOf returns the code of err, or EInternal for errors that are not
-// an *Error (or nil for nil).
+// an *Error (or nil for nil); see AsError.
 func ErrorCodeOf(err error) ErrorCode {
 	if err == nil {
 		return ""
 	}
-	var e *Error
-	if errors.As(err, &e) {
-		return e.Code
-	}
-	return EInternal
+	return AsError(err).Code
 }
 
-// AsError returns err as an *Error. Errors that are not one become an
+// AsError returns err as an *Error. A host file system's ENOSPC is the full
+// data disk (DiskFull); other errors that are not an *Error become an
 // internal error whose message hides the details.
 func AsError(err error) *Error {
 	var e *Error
@@ -87,6 +114,9 @@ func AsError(err error) *Error {
 			return &Error{Code: EInternal, Message: "internal error"}
 		}
 		return e
+	}
+	if errors.Is(err, syscall.ENOSPC) {
+		return DiskFull()
 	}
 	return &Error{Code: EInternal, Message: "internal error"}
 }

@@ -220,6 +220,11 @@ func formatImage(ctx context.Context, mkfs, p string, sizeMiB int64) error {
 	out, err := exec.CommandContext(ctx, mkfs, "-q", "-F", "-b", "4096", "-i", "16384", "-m", "0", "-L", "torpor-disk",
 		"-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard", p).CombinedOutput()
 	if err != nil {
+		// mkfs tells a full host disk only in its words: said as ENOSPC,
+		// the failure is the full data disk (torpor.IsDiskFull).
+		if strings.Contains(string(out), "No space left on device") {
+			err = unix.ENOSPC
+		}
 		return fmt.Errorf("mkfs.ext4: %w: %s", err, strings.TrimSpace(string(out)))
 	}
 	return nil

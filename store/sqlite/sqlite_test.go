@@ -187,6 +187,47 @@ func TestErrorsHideSQL(t *testing.T) {
 	}
 }
 
+// A write that finds no room ("database or disk is full": here the
+// database's page limit, which SQLite reports as it reports a full file
+// system) is torpor.DiskFull, 503 with no driver text; nothing of it is
+// kept, reads go on, and writes work again once there is room.
+func TestFullDiskIsDiskFull(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "torpor.db"))
+	defer s.Close()
+	ctx := t.Context()
+	if err := s.CreateSandbox(ctx, &torpor.Sandbox{ID: "sb_1", Tenant: "acme"}); err != nil {
+		t.Fatal(err)
+	}
+	w := s.DBsForTest()[0] // the one writer connection: the pragma stays on it
+	var pages int64
+	if err := w.QueryRowContext(ctx, "PRAGMA page_count").Scan(&pages); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.ExecContext(ctx, fmt.Sprintf("PRAGMA max_page_count = %d", pages)); err != nil {
+		t.Fatal(err)
+	}
+	big := map[string]string{"k": strings.Repeat("x", 64<<10)}
+	err := s.CreateSandbox(ctx, &torpor.Sandbox{ID: "sb_2", Tenant: "acme", Metadata: big})
+	if !torpor.IsDiskFull(err) || torpor.ErrorCodeOf(err) != torpor.EUnavailable {
+		t.Fatalf("a write with no room: %v, want the full data disk", err)
+	}
+	if msg := torpor.AsError(err).Message; strings.Contains(msg, "SQLITE") || strings.Contains(msg, "(13)") {
+		t.Errorf("error message %q shows the driver's", msg)
+	}
+	if _, err := s.GetSandbox(ctx, "sb_2"); !torpor.IsCode(err, torpor.ENotFound) {
+		t.Errorf("the refused sandbox: %v, want not found", err)
+	}
+	if _, err := s.GetSandbox(ctx, "sb_1"); err != nil {
+		t.Errorf("a read with the disk full: %v", err)
+	}
+	if _, err := w.ExecContext(ctx, "PRAGMA max_page_count = 1073741823"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateSandbox(ctx, &torpor.Sandbox{ID: "sb_2", Tenant: "acme", Metadata: big}); err != nil {
+		t.Fatalf("a write once there is room: %v", err)
+	}
+}
+
 // A write waiting for the writer connection gives up when its context
 // ends, instead of queueing for ever.
 func TestWriteWaitHonorsContext(t *testing.T) {
