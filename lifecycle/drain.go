@@ -9,15 +9,21 @@ import (
 	"github.com/torpor-dev/torpor"
 )
 
-// Operations in flight and the transitions that stop a sandbox. A pause
-// or hibernation of a running sandbox first drains it: holding the
-// sandbox's lock (so new operations queue behind it and then find the
+// Operations in flight and the transitions that stop a sandbox. A pause,
+// hibernation or restart of a running sandbox (and a hibernation of a
+// paused one, whose files can be read meanwhile) first drains it: holding
+// the sandbox's lock (so new operations queue behind it and then find the
 // sandbox paused), it waits for the operations under way to end, for at
 // most the drain timeout. Past it the transition goes on: a pause freezes
-// what still runs, to continue when the sandbox resumes; a hibernation
-// ends it. The requests of those operations are answered at once with a
-// conflict that says what became of the sandbox (see untilStopped),
+// what still runs, to continue when the sandbox resumes; a hibernation or
+// restart ends it. The requests of those operations are answered at once
+// with a conflict that says what became of the sandbox (see untilStopped),
 // rather than waiting on a sandbox that no longer runs.
+//
+// The drain matters for files operations most: one holds the sandbox's
+// root open on the host, so an instance stopped under it can only be
+// unmounted lazily, and its file system lives on beside the next boot's
+// (the runtime then has to wait for it before it mounts the disk again).
 
 // drain waits for the operations in flight on sb to end (see above), for
 // at most the drain timeout on the engine's clock, and marks sb stopping
@@ -121,14 +127,9 @@ func untilStopped[T any](e *Engine, ctx context.Context, sb *torpor.Sandbox, sto
 	select {
 	case r := <-res:
 		cancel()
-		err := r.err
-		if err != nil && ctx.Err() == nil && torpor.ErrorCodeOf(err) != torpor.EInvalid {
-			// What the sandbox is as the call failed, before done lets a
-			// transition waiting for it go on.
-			if lerr := e.leftRunning(sb, what); lerr != nil {
-				err = lerr
-			}
-		}
+		// What the sandbox is as the call failed, before done lets a
+		// transition waiting for it go on.
+		err := e.stoppedUnder(ctx, sb, what, r.err)
 		done()
 		return r.v, err
 	case <-stopped:
@@ -151,6 +152,21 @@ func untilStopped[T any](e *Engine, ctx context.Context, sb *torpor.Sandbox, sto
 	}
 }
 
+// stoppedUnder returns what the caller of an operation begun on sb,
+// running, hears of err, the failure of its runtime call: the error that
+// says sb stopped running or changed instance meanwhile (a delete,
+// hibernation or restart raced the call, which failed with the instance),
+// else err itself.
+func (e *Engine) stoppedUnder(ctx context.Context, sb *torpor.Sandbox, what string, err error) error {
+	if err == nil || ctx.Err() != nil || torpor.ErrorCodeOf(err) == torpor.EInvalid {
+		return err
+	}
+	if lerr := e.leftRunning(sb, what); lerr != nil {
+		return lerr
+	}
+	return err
+}
+
 // leftRunning returns the error that tells the caller of an operation
 // begun on sb, running, that sb has since stopped running or changed
 // instance (restarted), and what it is now; nil when it still runs as it
@@ -161,7 +177,12 @@ func (e *Engine) leftRunning(sb *torpor.Sandbox, what string) error {
 		return nil
 	}
 	if cur.State == torpor.StateRunning && cur.Handle == sb.Handle {
-		return nil
+		if e.unstoredState(sb.ID) != torpor.StatePausing {
+			return nil
+		}
+		// A pause by freeze stores no pausing state (see recordsPausing):
+		// the operation failed as the freeze came.
+		cur.State = torpor.StatePausing
 	}
 	var did string
 	reason := "state"

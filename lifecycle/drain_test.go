@@ -323,3 +323,39 @@ func TestExecFailingAsThePauseFreezesIsAConflict(t *testing.T) {
 	}
 	wantConflict(t, execErr, torpor.StatePausing)
 }
+
+// A pause by freeze stores no pausing state, yet while the freeze is under
+// way the sandbox shows as pausing and the change is announced, so that
+// the proxy stops sending requests into it (they wait for the pause and
+// wake it instead).
+func TestAFreezeUnderWayShowsAsPausing(t *testing.T) {
+	e := newEnv(t)
+	sb := e.create(torpor.CreateRequest{})
+	inFreeze, release := make(chan struct{}), make(chan struct{})
+	e.host.FreezeHook = func(context.Context, string) error {
+		close(inFreeze)
+		<-release
+		return nil
+	}
+	changed := e.eng.EventsChanged()
+	paused := verbAsync(func() (*torpor.Sandbox, error) { return e.eng.Pause(ctx, "acme", sb.ID, "") })
+	<-inFreeze
+	select {
+	case <-changed:
+	default:
+		close(release)
+		t.Fatal("the pause was not announced before the freeze")
+	}
+	got, err := e.eng.Lookup(ctx, sb.ID)
+	if err != nil || got.State != torpor.StatePausing {
+		close(release)
+		t.Fatalf("during the freeze: %v, %v; want pausing", got, err)
+	}
+	close(release)
+	if err := await(t, paused, "the pause"); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.get(sb.ID); got.State != torpor.StatePaused {
+		t.Fatalf("after the pause: %s", got.State)
+	}
+}

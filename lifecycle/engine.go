@@ -124,6 +124,10 @@ type Engine struct {
 	wg       sync.WaitGroup
 	watchMu  sync.Mutex
 	watchers map[string]*watcher
+
+	// abandoned holds the ids of creates a full data disk cut short after
+	// their record was stored (see finishCutShort).
+	abandoned sync.Map
 }
 
 // New returns an engine. Call Recover before serving requests.
@@ -386,6 +390,7 @@ func (e *Engine) Create(ctx context.Context, tenant string, req torpor.CreateReq
 	e.fail("create.before-runtime")
 	start := time.Now()
 	if err := e.boot(ctx, sb, rt, *tmpl, torpor.EventStarted, CauseAPI); err != nil {
+		e.abandonCreate(sb.ID, err)
 		return nil, err
 	}
 	e.observe("create", CauseAPI, start)
@@ -417,6 +422,11 @@ func checkPauseMode(rt torpor.Runtime, sb *torpor.Sandbox) error {
 // its open usage interval counted into its meters.
 func (e *Engine) view(sb *torpor.Sandbox) *torpor.Sandbox {
 	c := sb.Clone()
+	if sb.State == torpor.StateRunning && e.unstoredState(sb.ID) == torpor.StatePausing {
+		// A pause by freeze under way stores no pausing state
+		// (recordsPausing); it shows all the same.
+		c.State = torpor.StatePausing
+	}
 	now := e.now()
 	c.Schedule = schedule(sb, e.maxPaused, now)
 	if r, ok := e.openUsage(sb, now); ok {
@@ -451,6 +461,9 @@ func (e *Engine) write(ctx context.Context, sb *torpor.Sandbox, rows []torpor.Us
 	err := e.store.UpdateSandboxUsage(context.WithoutCancel(ctx), sb, rows, events...)
 	e.obs.StoreWrite(time.Since(start))
 	if err != nil {
+		if torpor.IsDiskFull(err) {
+			e.log.Warn("the data disk is full: a change of a sandbox was not stored", "sandbox", sb.ID, "state", sb.State)
+		}
 		return err
 	}
 	if len(rows) > 0 {
@@ -544,6 +557,10 @@ func bootFailure(err error) *torpor.Failure {
 	var te *torpor.Error
 	if errors.As(err, &te) && te.Reason == torpor.FailureSetup {
 		return &torpor.Failure{Code: torpor.FailureSetup, Message: te.Message}
+	}
+	if torpor.IsDiskFull(err) {
+		// Said so, without the host's paths.
+		return &torpor.Failure{Code: torpor.FailureRuntime, Message: "boot failed: " + torpor.DiskFullMessage}
 	}
 	return &torpor.Failure{Code: torpor.FailureRuntime, Message: "boot failed: " + err.Error()}
 }

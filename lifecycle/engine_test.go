@@ -369,6 +369,9 @@ func TestExecCountsAsActivityAndChecksInput(t *testing.T) {
 // TestCrashMidTransitionReconciles kills the engine between persisting a
 // transition's start and acting on the runtime, and between acting and
 // persisting the end, for each verb; a new engine must reach a true state.
+// A pause by freeze and a resume from one store nothing before the
+// runtime acts, so a crash before their one write leaves the sandbox as
+// it was recorded, its instance put back to match.
 func TestCrashMidTransitionReconciles(t *testing.T) {
 	cases := []struct {
 		verb     string
@@ -378,10 +381,10 @@ func TestCrashMidTransitionReconciles(t *testing.T) {
 		want     torpor.State
 		instance torpor.InstanceState
 	}{
-		{"pause", nil, func(e *env, id string) { e.eng.Pause(ctx, "acme", id, "") }, "pausing.before-runtime", torpor.StatePaused, torpor.InstanceFrozen},
-		{"pause", nil, func(e *env, id string) { e.eng.Pause(ctx, "acme", id, "") }, "pausing.after-runtime", torpor.StatePaused, torpor.InstanceFrozen},
-		{"resume", func(e *env, id string) { must(e.eng.Pause(ctx, "acme", id, "")) }, func(e *env, id string) { e.eng.Start(ctx, "acme", id) }, "resuming.before-runtime", torpor.StateRunning, torpor.InstanceRunning},
-		{"resume", func(e *env, id string) { must(e.eng.Pause(ctx, "acme", id, "")) }, func(e *env, id string) { e.eng.Start(ctx, "acme", id) }, "resuming.after-runtime", torpor.StateRunning, torpor.InstanceRunning},
+		{"pause", nil, func(e *env, id string) { e.eng.Pause(ctx, "acme", id, "") }, "pausing.before-runtime", torpor.StateRunning, torpor.InstanceRunning},
+		{"pause", nil, func(e *env, id string) { e.eng.Pause(ctx, "acme", id, "") }, "pausing.after-runtime", torpor.StateRunning, torpor.InstanceRunning},
+		{"resume", func(e *env, id string) { must(e.eng.Pause(ctx, "acme", id, "")) }, func(e *env, id string) { e.eng.Start(ctx, "acme", id) }, "resuming.before-runtime", torpor.StatePaused, torpor.InstanceFrozen},
+		{"resume", func(e *env, id string) { must(e.eng.Pause(ctx, "acme", id, "")) }, func(e *env, id string) { e.eng.Start(ctx, "acme", id) }, "resuming.after-runtime", torpor.StatePaused, torpor.InstanceFrozen},
 		{"hibernate", nil, func(e *env, id string) { e.eng.Hibernate(ctx, "acme", id) }, "hibernating.before-runtime", torpor.StateHibernated, torpor.InstanceMissing},
 		{"hibernate", nil, func(e *env, id string) { e.eng.Hibernate(ctx, "acme", id) }, "hibernating.after-runtime", torpor.StateHibernated, torpor.InstanceMissing},
 		{"start", func(e *env, id string) { must(e.eng.Hibernate(ctx, "acme", id)) }, func(e *env, id string) { e.eng.Start(ctx, "acme", id) }, "starting.before-runtime", torpor.StateRunning, torpor.InstanceRunning},

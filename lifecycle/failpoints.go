@@ -24,6 +24,13 @@ import "strings"
 // or restarting.after-runtime and started.after-store or
 // restarted.after-store. The idle engine's pauses, hibernations and kills
 // go through the same verbs, and so through the same points.
+//
+// A pause by freeze and a resume from one (of a sandbox without a GPU)
+// store no in-between state (see recordsPausing): they pass no
+// pausing.before-store, pausing.after-store or resuming.before-store, and
+// their before-runtime and after-runtime points come before the one write
+// that stores where they land. The idle engine's pauses by freeze still
+// store pausing first, and so pass pausing's points (InBetweenFailpoints).
 var failpoints = []string{
 	"create.before-store",
 	"create.before-runtime",
@@ -66,6 +73,16 @@ var failpoints = []string{
 // through all of them and a point added later cannot be left out (the
 // lifecycle tests fail on a point reached that this list lacks).
 func Failpoints() []string { return append([]string(nil), failpoints...) }
+
+// inBetween are the points of the in-between records that a pause by
+// freeze and a resume from one skip (see the list above).
+var inBetween = []string{"pausing.before-store", "pausing.after-store", "resuming.before-store"}
+
+// InBetweenFailpoints returns the points, among Failpoints, that the
+// pauses and resumes of a runtime that only freezes (and of sandboxes
+// without a GPU) reach only through the idle engine (the pausing ones) or
+// never (resuming.before-store), so that its crash matrix knows them.
+func InBetweenFailpoints() []string { return append([]string(nil), inBetween...) }
 
 // landed names the point after the write that ends a boot, by the event
 // that write records (sandbox.started: "started.after-store").

@@ -1,6 +1,8 @@
 package lifecycle_test
 
 import (
+	"context"
+	"errors"
 	"slices"
 	"sync"
 	"testing"
@@ -54,7 +56,8 @@ func doHibernate(e *env, id string) { _, _ = e.eng.Hibernate(ctx, "acme", id) }
 func doRestart(e *env, id string)   { _, _ = e.eng.Restart(ctx, "acme", id) }
 func doDelete(e *env, id string)    { _, _ = e.eng.Delete(ctx, "acme", id) }
 
-// pausing is the points of a pause of a running sandbox.
+// pausingPoints is the points of a pause of a running sandbox that stores
+// its in-between state first (by snapshot).
 func pausingPoints() []crashPoint {
 	return []crashPoint{
 		{"pausing.before-store", torpor.StateRunning},
@@ -65,11 +68,35 @@ func pausingPoints() []crashPoint {
 	}
 }
 
+// freezingPoints is the points of a pause by freeze, which stores only
+// where it lands: until then the sandbox is recorded running, and a
+// restart thaws an instance the crash left frozen.
+func freezingPoints() []crashPoint {
+	return []crashPoint{
+		{"pausing.before-runtime", torpor.StateRunning},
+		{"pausing.after-runtime", torpor.StateRunning},
+		{"paused.after-store", torpor.StatePaused},
+	}
+}
+
+// resumingPoints is the points of a resume that stores its in-between
+// state first (from a snapshot).
 func resumingPoints() []crashPoint {
 	return []crashPoint{
 		{"resuming.before-store", torpor.StatePaused},
 		{"resuming.before-runtime", torpor.StateRunning},
 		{"resuming.after-runtime", torpor.StateRunning},
+		{"resumed.after-store", torpor.StateRunning},
+	}
+}
+
+// thawingPoints is the points of a resume from a freeze, which stores only
+// where it lands: until then the sandbox is recorded paused, and a restart
+// freezes an instance the crash left thawed.
+func thawingPoints() []crashPoint {
+	return []crashPoint{
+		{"resuming.before-runtime", torpor.StatePaused},
+		{"resuming.after-runtime", torpor.StatePaused},
 		{"resumed.after-store", torpor.StateRunning},
 	}
 }
@@ -100,9 +127,9 @@ var crashPaths = []crashPath{
 		{"starting.after-runtime", torpor.StateRunning},
 		{"started.after-store", torpor.StateRunning},
 	}},
-	{"pause by freeze", newRunning, doPause(torpor.PauseFreeze), pausingPoints()},
+	{"pause by freeze", newRunning, doPause(torpor.PauseFreeze), freezingPoints()},
 	{"pause by snapshot", newRunning, doPause(torpor.PauseSnapshot), pausingPoints()},
-	{"resume from freeze", newPaused(torpor.PauseFreeze), doStart, resumingPoints()},
+	{"resume from freeze", newPaused(torpor.PauseFreeze), doStart, thawingPoints()},
 	{"resume from snapshot", newPaused(torpor.PauseSnapshot), doStart, resumingPoints()},
 	{"hibernate running", newRunning, doHibernate, hibernatingPoints(torpor.StateRunning)},
 	{"hibernate frozen", newPaused(torpor.PauseFreeze), doHibernate, hibernatingPoints(torpor.StatePaused)},
@@ -300,4 +327,135 @@ func (e *env) checkLedger(id string) {
 	if want := torpor.SpansOfEvents(evs, end); !slices.Equal(spans, want) {
 		e.t.Fatalf("the ledger of %s\n%v\ndiffers from its event log\n%v", id, spans, want)
 	}
+}
+
+// refusingStore is a store whose writes of sandboxes fail while refuse is
+// set, as those of a full disk do; the engine's passing failpoint at sets
+// it (once).
+type refusingStore struct {
+	torpor.Store
+	mu     sync.Mutex
+	at     string
+	refuse bool
+}
+
+func (s *refusingStore) arm(at string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.at = at
+}
+
+func (s *refusingStore) passing(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if name == s.at {
+		s.at, s.refuse = "", true
+	}
+}
+
+func (s *refusingStore) set(refuse bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.refuse = refuse
+}
+
+func (s *refusingStore) UpdateSandboxUsage(ctx context.Context, sb *torpor.Sandbox, usage []torpor.UsageRecord, events ...torpor.Event) error {
+	s.mu.Lock()
+	refuse := s.refuse
+	s.mu.Unlock()
+	if refuse {
+		return errors.New("the disk is full")
+	}
+	return s.Store.UpdateSandboxUsage(ctx, sb, usage, events...)
+}
+
+// TestPauseAndResumeThatCannotBeStoredAreUndone: a pause by freeze and a
+// resume from one store nothing before the runtime acts, so when the one
+// write after it fails, the instance is put back to what the store says
+// (as a restart's reconcile would) and the caller hears of the failure.
+func TestPauseAndResumeThatCannotBeStoredAreUndone(t *testing.T) {
+	st := &refusingStore{}
+	e := newEnv(t, func(cfg *lifecycle.Config) {
+		st.Store = cfg.Store
+		cfg.Store = st
+		next := cfg.Failpoint
+		cfg.Failpoint = func(name string) {
+			st.passing(name)
+			next(name)
+		}
+	})
+	id := newRunning(e)
+	e.clock.Advance(time.Second)
+	st.arm("pausing.after-runtime")
+	if _, err := e.eng.Pause(ctx, "acme", id, torpor.PauseFreeze); err == nil {
+		t.Fatal("a pause whose record could not be stored succeeded")
+	}
+	st.set(false)
+	if sb := e.get(id); sb.State != torpor.StateRunning || e.host.State(id) != torpor.InstanceRunning {
+		t.Fatalf("after a pause that could not be stored: %s with its instance %s, want running", sb.State, e.host.State(id))
+	}
+	if got := e.eng.StateCounts()[torpor.StatePausing]; got != 0 {
+		t.Fatalf("%d sandboxes shown pausing after the pause failed", got)
+	}
+	if _, err := e.eng.Exec(ctx, "acme", id, torpor.ExecRequest{Cmd: []string{"true"}}); err != nil {
+		t.Fatalf("exec after a pause that could not be stored: %v", err)
+	}
+	must(e.eng.Pause(ctx, "acme", id, torpor.PauseFreeze))
+	e.clock.Advance(time.Second)
+	st.arm("resuming.after-runtime")
+	if _, err := e.eng.Start(ctx, "acme", id); err == nil {
+		t.Fatal("a resume whose record could not be stored succeeded")
+	}
+	st.set(false)
+	if sb := e.get(id); sb.State != torpor.StatePaused || e.host.State(id) != torpor.InstanceFrozen {
+		t.Fatalf("after a resume that could not be stored: %s with its instance %s, want paused", sb.State, e.host.State(id))
+	}
+	must(e.eng.Start(ctx, "acme", id))
+	e.clock.Advance(time.Second)
+	e.checkHeld(e.get(id))
+	e.checkLedger(id)
+}
+
+// TestFreezeStoresOnlyWhereItLands: an API pause by freeze and the resume
+// from it pass none of lifecycle.InBetweenFailpoints (one store write
+// each), while an idle pause by freeze and a pause by snapshot still store
+// pausing first.
+func TestFreezeStoresOnlyWhereItLands(t *testing.T) {
+	var mu sync.Mutex
+	passed := map[string]bool{}
+	e := newEnv(t, func(cfg *lifecycle.Config) {
+		next := cfg.Failpoint
+		cfg.Failpoint = func(name string) {
+			mu.Lock()
+			passed[name] = true
+			mu.Unlock()
+			next(name)
+		}
+	})
+	took := func(what string, want ...string) {
+		t.Helper()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, at := range lifecycle.InBetweenFailpoints() {
+			if passed[at] != slices.Contains(want, at) {
+				t.Errorf("%s: passed %s: %v, want %v", what, at, passed[at], !passed[at])
+			}
+		}
+		clear(passed)
+	}
+	id := newRunning(e)
+	must(e.eng.Pause(ctx, "acme", id, torpor.PauseFreeze))
+	took("pause by freeze")
+	must(e.eng.Start(ctx, "acme", id))
+	took("resume from freeze")
+	must(e.eng.Pause(ctx, "acme", id, torpor.PauseSnapshot))
+	took("pause by snapshot", "pausing.before-store", "pausing.after-store")
+	must(e.eng.Start(ctx, "acme", id))
+	took("resume from snapshot", "resuming.before-store")
+
+	idle := e.create(torpor.CreateRequest{PolicyRequest: torpor.PolicyRequest{
+		LifecyclePolicy: policy(torpor.LifecyclePolicy{PauseAfterIdleSeconds: torpor.Seconds(60)})}}).ID
+	e.clock.Advance(60 * time.Second)
+	settle(e, idle, torpor.StatePaused)
+	took("idle pause by freeze", "pausing.before-store", "pausing.after-store")
 }

@@ -26,6 +26,9 @@ func (e *Engine) sweep(ctx context.Context, id string) {
 	if err != nil {
 		return
 	}
+	if e.finishCutShort(ctx, sb) {
+		return
+	}
 	evs := plan(sb, e.maxPaused)
 	if len(evs) == 0 {
 		e.sched.remove(id)

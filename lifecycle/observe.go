@@ -62,6 +62,25 @@ func (e *Engine) noteState(sb *torpor.Sandbox) {
 	e.states[sb.ID] = sb.State
 }
 
+// noteUnstored sets the in-memory state of sandbox id to s, an in-between
+// state that its transition does not store (see recordsPausing). The
+// transition's next write sets it again; one that stores nothing more must
+// set it back itself.
+func (e *Engine) noteUnstored(id string, s torpor.State) {
+	e.statesMu.Lock()
+	defer e.statesMu.Unlock()
+	e.states[id] = s
+}
+
+// unstoredState returns the in-memory state of sandbox id: where it
+// differs from the stored one, the in-between state a transition under
+// way does not store.
+func (e *Engine) unstoredState(id string) torpor.State {
+	e.statesMu.Lock()
+	defer e.statesMu.Unlock()
+	return e.states[id]
+}
+
 // since measures a transition from start.
 func (e *Engine) observe(kind, cause string, start time.Time) {
 	e.obs.Transition(kind, cause, time.Since(start))

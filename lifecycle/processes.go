@@ -54,7 +54,7 @@ func (e *Engine) StartProcess(ctx context.Context, tenant, id string, req torpor
 	e.procMu.Unlock()
 	info, err := pr.StartProcess(ctx, ref(sb), req)
 	if err != nil {
-		return torpor.ProcessInfo{}, err
+		return torpor.ProcessInfo{}, e.stoppedUnder(ctx, sb, "the process start", err)
 	}
 	info.Boot = sb.Boots
 	e.remember(sb.ID, info)
@@ -104,7 +104,7 @@ func (e *Engine) ListProcesses(ctx context.Context, tenant, id string) ([]torpor
 	defer e.done(tenant, id, e.now())
 	cur, err := pr.ListProcesses(ctx, ref(sb))
 	if err != nil {
-		return nil, err
+		return nil, e.stoppedUnder(ctx, sb, "the listing", err)
 	}
 	live := map[int]bool{}
 	for i := range cur {
@@ -134,10 +134,11 @@ func (e *Engine) goneProcesses(sandbox string, live map[int]bool) []torpor.Proce
 }
 
 // gone turns the runtime's not_found for a process the engine started in
-// an earlier boot into a gone error.
-func (e *Engine) gone(sb *torpor.Sandbox, pid int, err error) error {
+// an earlier boot into a gone error, and the failure of a call that the
+// sandbox stopped running under into the error that says so.
+func (e *Engine) gone(ctx context.Context, sb *torpor.Sandbox, pid int, err error) error {
 	if torpor.ErrorCodeOf(err) != torpor.ENotFound {
-		return err
+		return e.stoppedUnder(ctx, sb, "the call", err)
 	}
 	e.procMu.Lock()
 	in, ok := e.procs[sb.ID][pid]
@@ -163,7 +164,7 @@ func (e *Engine) ProcessOutput(ctx context.Context, tenant, id string, pid int, 
 	defer e.done(tenant, id, e.now())
 	out, err := pr.ProcessOutput(ctx, ref(sb), pid, offset)
 	if err != nil {
-		return torpor.ProcessOutput{}, e.gone(sb, pid, err)
+		return torpor.ProcessOutput{}, e.gone(ctx, sb, pid, err)
 	}
 	return out, nil
 }
@@ -179,7 +180,7 @@ func (e *Engine) WriteProcessStdin(ctx context.Context, tenant, id string, pid i
 		return err
 	}
 	defer e.done(tenant, id, e.now())
-	return e.gone(sb, pid, pr.WriteProcessStdin(ctx, ref(sb), pid, data, close))
+	return e.gone(ctx, sb, pid, pr.WriteProcessStdin(ctx, ref(sb), pid, data, close))
 }
 
 // SignalProcess sends a signal (TERM, KILL, INT or HUP) to a background
@@ -194,7 +195,7 @@ func (e *Engine) SignalProcess(ctx context.Context, tenant, id string, pid int, 
 		return err
 	}
 	defer e.done(tenant, id, e.now())
-	return e.gone(sb, pid, pr.SignalProcess(ctx, ref(sb), pid, sig))
+	return e.gone(ctx, sb, pid, pr.SignalProcess(ctx, ref(sb), pid, sig))
 }
 
 // ReadProcess reads a background process's output for a follower that
@@ -230,7 +231,7 @@ func (e *Engine) ReadProcess(ctx context.Context, tenant, id string, pid int, re
 	}
 	out, err := pr.ReadProcess(ctx, ref(sb), pid, req)
 	if err != nil {
-		return torpor.ProcessOutput{}, e.gone(sb, pid, err)
+		return torpor.ProcessOutput{}, e.gone(ctx, sb, pid, err)
 	}
 	return out, nil
 }

@@ -48,6 +48,11 @@ func (e *Engine) reconcileOne(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
+	return e.reconcileSandbox(ctx, sb)
+}
+
+// reconcileSandbox is reconcileOne of sb, whose lock the caller holds.
+func (e *Engine) reconcileSandbox(ctx context.Context, sb *torpor.Sandbox) error {
 	rt, err := e.runtime(sb.Runtime.Kind)
 	if err != nil {
 		return e.recordFailure(ctx, sb, &torpor.Failure{Code: torpor.FailureRuntime,

@@ -36,6 +36,7 @@ func (e *Engine) withSandbox(ctx context.Context, tenant, id string, fn func(sb 
 		return nil, err
 	}
 	if err := fn(sb); err != nil {
+		e.lookAgain(id, err)
 		return nil, err
 	}
 	return e.view(sb), nil
@@ -95,14 +96,32 @@ func (e *Engine) pause(ctx context.Context, sb *torpor.Sandbox, mode torpor.Paus
 	}
 	sb.PauseMode = mode
 	wasRunning := sb.State == torpor.StateRunning
-	e.fail("pausing.before-store")
-	if err := e.setState(ctx, sb, torpor.StatePausing); err != nil {
-		return err
+	inBetween := recordsPausing(sb, mode, cause)
+	if !inBetween && wasRunning {
+		// Unstored, the pause still shows: in the metrics, and in the
+		// conflict an operation the freeze makes fail answers with (see
+		// leftRunning).
+		e.noteUnstored(sb.ID, torpor.StatePausing)
+		// The proxy drops what it knows of the sandbox and looks again,
+		// finding it pausing (view): a request that comes now waits for
+		// the pause and wakes the sandbox, rather than reach it frozen.
+		e.announce()
+		defer func() {
+			if e.unstoredState(sb.ID) == torpor.StatePausing {
+				e.noteUnstored(sb.ID, torpor.StateRunning)
+			}
+		}()
 	}
-	e.fail("pausing.after-store")
-	if wasRunning {
-		if stay, err := e.stayForTraffic(ctx, sb, cause); stay || err != nil {
+	if inBetween {
+		e.fail("pausing.before-store")
+		if err := e.setState(ctx, sb, torpor.StatePausing); err != nil {
 			return err
+		}
+		e.fail("pausing.after-store")
+		if wasRunning {
+			if stay, err := e.stayForTraffic(ctx, sb, cause); stay || err != nil {
+				return err
+			}
 		}
 	}
 	e.fail("pausing.before-runtime")
@@ -124,7 +143,46 @@ func (e *Engine) pause(ctx context.Context, sb *torpor.Sandbox, mode torpor.Paus
 	if cause == CauseIdle || cause == CauseEnd {
 		sb.Meters.AutoPaused++
 	}
-	return e.setState(ctx, sb, torpor.StatePaused, e.event(sb, torpor.EventPaused, "cause", cause, "mode", string(mode)))
+	if err := e.setState(ctx, sb, torpor.StatePaused, e.event(sb, torpor.EventPaused, "cause", cause, "mode", string(mode))); err != nil {
+		if !inBetween {
+			// The store still says running, and the caller hears that the
+			// pause failed: the instance runs again, as a restart's
+			// reconcile would make it.
+			if terr := e.thawInstance(ctx, rt, sb); terr != nil {
+				e.log.Error("thawing after a pause that could not be stored", "sandbox", sb.ID, "err", terr)
+			}
+		}
+		return err
+	}
+	return nil
+}
+
+// recordsPausing tells whether a pause stores the in-between state pausing
+// before it stops sb's instance. A pause by freeze of a sandbox without a
+// GPU does not: a freeze is undone by a thaw and the runtime says whether
+// an instance is frozen, so the one write after the freeze is enough. A
+// daemon that dies between the freeze and that write finds the sandbox
+// recorded running with its instance frozen, and thaws it (reconcileOne):
+// the pause never answered, and the ledger bills it running throughout.
+// The in-between record stays where it is needed: a snapshot pause ends
+// the instance, a GPU sandbox's lease is suspended before the freeze (and
+// the lease manager's own record follows the sandbox's state), and an idle
+// pause announces pausing to the proxy before it looks for requests under
+// way (see stayForTraffic and RequestStarted).
+func recordsPausing(sb *torpor.Sandbox, mode torpor.PauseMode, cause string) bool {
+	return mode != torpor.PauseFreeze || sb.Accel != nil || cause == CauseIdle
+}
+
+// recordsResuming tells whether a resume of sb stores the in-between state
+// resuming before it continues the instance. A thaw of a sandbox without a
+// GPU does not, for the reasons a freeze does not (see recordsPausing): a
+// daemon that dies between the thaw and the write of running finds the
+// sandbox recorded paused with its instance running, and freezes it again
+// (reconcileOne). The resume never answered, and the ledger bills the
+// sandbox frozen up to where it was recorded running, as it bills every
+// resume (a resuming sandbox is metered as paused too).
+func recordsResuming(sb *torpor.Sandbox) bool {
+	return sb.PauseMode != torpor.PauseFreeze || sb.Accel != nil
 }
 
 // stopInstance stops sb's instance for a pause: by freezing it, or by
@@ -229,10 +287,13 @@ func (e *Engine) resume(ctx context.Context, sb *torpor.Sandbox, cause string) e
 	if err := e.reserve(ctx, sb, torpor.StateResuming); err != nil {
 		return err
 	}
-	e.fail("resuming.before-store")
-	if err := e.setState(ctx, sb, torpor.StateResuming); err != nil {
-		e.hold(sb, torpor.StatePaused)
-		return err
+	inBetween := recordsResuming(sb)
+	if inBetween {
+		e.fail("resuming.before-store")
+		if err := e.setState(ctx, sb, torpor.StateResuming); err != nil {
+			e.hold(sb, torpor.StatePaused)
+			return err
+		}
 	}
 	e.fail("resuming.before-runtime")
 	if err := e.continueInstance(ctx, rt, sb); err != nil {
@@ -261,6 +322,15 @@ func (e *Engine) resume(ctx context.Context, sb *torpor.Sandbox, cause string) e
 		sb.Meters.AutoResumed++
 	}
 	if err := e.setState(ctx, sb, torpor.StateRunning, e.event(sb, torpor.EventResumed, "cause", cause, "auto", strconv.FormatBool(auto))); err != nil {
+		if !inBetween {
+			// The store still says paused, and the caller hears that the
+			// resume failed: the instance is frozen again, as a restart's
+			// reconcile would make it.
+			if ferr := e.freezeInstance(ctx, rt, sb); ferr != nil {
+				e.log.Error("freezing after a resume that could not be stored", "sandbox", sb.ID, "err", ferr)
+			}
+			e.hold(sb, torpor.StatePaused)
+		}
 		return err
 	}
 	e.fail("resumed.after-store")
@@ -319,7 +389,9 @@ func (e *Engine) hibernate(ctx context.Context, sb *torpor.Sandbox, cause string
 		return err
 	}
 	wasRunning := sb.State == torpor.StateRunning
-	if wasRunning {
+	if wasRunning || sb.State == torpor.StatePaused {
+		// A paused sandbox's files can be read without waking it: those
+		// reads end too before its instance goes (see drain).
 		end, err := e.drain(ctx, sb, "hibernate")
 		if err != nil {
 			return err
@@ -368,6 +440,13 @@ func (e *Engine) Restart(ctx context.Context, tenant, id string) (*torpor.Sandbo
 	return e.withSandbox(ctx, tenant, id, func(sb *torpor.Sandbox) error {
 		switch sb.State {
 		case torpor.StateRunning, torpor.StateRestarting:
+			if sb.State == torpor.StateRunning {
+				end, err := e.drain(ctx, sb, "restart")
+				if err != nil {
+					return err
+				}
+				defer end()
+			}
 			return e.coldStart(ctx, sb, torpor.StateRestarting, torpor.EventRestarted, CauseAPI)
 		case torpor.StateTerminated:
 			return gone(sb)
