@@ -229,7 +229,14 @@ func (e *Engine) ReadProcess(ctx context.Context, tenant, id string, pid int, re
 	if !ok {
 		return torpor.ProcessOutput{}, torpor.Errorf(torpor.EInvalid, "the %s runtime cannot run background processes", rt.Kind())
 	}
-	out, err := pr.ReadProcess(ctx, ref(sb), pid, req)
+	// A read that waits for output must not wait on a sandbox frozen
+	// under it (its process table stops with it): once the sandbox stops
+	// running, the read answers at once with what it became, and the
+	// follower waits for it to run again.
+	stopped := e.runSignal(sb.ID)
+	out, err := untilStopped(e, ctx, sb, stopped, "the read", func(ctx context.Context) (torpor.ProcessOutput, error) {
+		return pr.ReadProcess(ctx, ref(sb), pid, req)
+	}, nil, func() {})
 	if err != nil {
 		return torpor.ProcessOutput{}, e.gone(ctx, sb, pid, err)
 	}
