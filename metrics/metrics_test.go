@@ -101,7 +101,9 @@ func TestFiguresMoveWithSandboxes(t *testing.T) {
 			t.Errorf("after pause, resume, pause: %s = %v, want %v", series, got, want)
 		}
 	}
-	if value(body, "torpor_store_write_seconds_count") < 5 {
+	// At least one write for each of the three transitions (a pause by
+	// freeze and a thaw store once each).
+	if value(body, "torpor_store_write_seconds_count") < 3 {
 		t.Error("store writes are not counted")
 	}
 	// running, frozen, running: three intervals closed into the ledger.
