@@ -4,7 +4,10 @@ import (
 	"io"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // settleGrace is how long output is still collected after a command exited
@@ -107,26 +110,74 @@ func (l *rotatingLog) rotate() error {
 // closes it. The copy goes on after the command exits, so that background
 // processes it started do not die of SIGPIPE.
 type pump struct {
+	r    *os.File
 	done chan struct{}
+	// busy: a piece read from the pipe is being written to w.
+	busy atomic.Bool
 }
 
 func startPump(r *os.File, w io.Writer) *pump {
-	p := &pump{done: make(chan struct{})}
+	p := &pump{r: r, done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
 		defer r.Close()
-		_, _ = io.Copy(w, r)
+		b := make([]byte, 32<<10)
+		for {
+			n, err := r.Read(b)
+			if n > 0 {
+				p.busy.Store(true)
+				_, werr := w.Write(b[:n])
+				p.busy.Store(false)
+				if werr != nil {
+					return
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
 	}()
 	return p
 }
 
-// settle waits until the pipe is drained and closed, or for grace when a
-// background process keeps it open.
+// maxSettle bounds how long settle waits for output still in the pipe (a
+// background process that keeps writing).
+const maxSettle = 2 * time.Second
+
+// settle waits until the pipe is drained and closed; when a background
+// process keeps it open, until nothing has been left in it, or in the
+// pump's hands, for grace (at most maxSettle). What the command wrote
+// before it exited is then all copied, however late the pump gets to run:
+// a loaded sandbox can keep it from running for longer than grace.
 func (p *pump) settle(grace time.Duration) {
 	t := time.NewTimer(grace)
 	defer t.Stop()
-	select {
-	case <-p.done:
-	case <-t.C:
+	deadline := time.Now().Add(maxSettle)
+	for {
+		select {
+		case <-p.done:
+			return
+		case <-t.C:
+		}
+		if !p.busy.Load() && p.unread() == 0 || time.Now().After(deadline) {
+			return
+		}
+		t.Reset(grace)
 	}
+}
+
+// unread returns how many bytes wait in the pipe (0 once it is closed).
+func (p *pump) unread() int {
+	rc, err := p.r.SyscallConn()
+	if err != nil {
+		return 0
+	}
+	n := 0
+	ioctl := func(fd uintptr) {
+		n, _ = unix.IoctlGetInt(int(fd), unix.TIOCINQ) // FIONREAD
+	}
+	if rc.Control(ioctl) != nil {
+		return 0
+	}
+	return n
 }
