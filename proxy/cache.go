@@ -19,6 +19,9 @@ type cache struct {
 	mu  sync.Mutex
 	sbs map[string]cached
 	h2  map[string]cachedBool
+	// sweepAt is the size at which an insert sweeps the stale entries
+	// first (see full).
+	sweepAt int
 }
 
 type cached struct {
@@ -33,6 +36,9 @@ type cachedBool struct {
 
 // maxCached bounds the cache; past it, stale entries are dropped.
 const maxCached = 4096
+
+// minSweep is the least size at which the cache is swept.
+const minSweep = 64
 
 func closed(ch <-chan struct{}) bool {
 	select {
@@ -61,7 +67,7 @@ func (p *Proxy) lookup(ctx context.Context, id string) (*torpor.Sandbox, <-chan 
 		return sb, gen, err
 	}
 	c.mu.Lock()
-	if c.sbs == nil || len(c.sbs) >= maxCached {
+	if c.full() {
 		c.sweep()
 	}
 	c.sbs[id] = cached{sb: sb, gen: gen}
@@ -84,8 +90,19 @@ func (p *Proxy) admit(id string, gen <-chan struct{}) bool {
 	return true
 }
 
+// full tells whether the cache is due a sweep before an insert: at
+// twice the entries the last sweep left (and at least minSweep), so that
+// the entries of sandboxes gone or changed since (any event makes them
+// stale) never outnumber the fresh ones by much while a sweep's cost,
+// spread over the inserts since the last, stays constant per insert; and
+// at maxCached.
+func (c *cache) full() bool {
+	return c.sbs == nil || max(len(c.sbs), len(c.h2)) >= min(maxCached, max(minSweep, c.sweepAt))
+}
+
 // sweep drops stale entries (all of them when the cache stays full).
 func (c *cache) sweep() {
+	defer func() { c.sweepAt = 2 * max(len(c.sbs), len(c.h2)) }()
 	if c.sbs == nil {
 		c.sbs, c.h2 = map[string]cached{}, map[string]cachedBool{}
 		return
@@ -141,7 +158,7 @@ func (p *Proxy) speaksH2C(ctx context.Context, sb *torpor.Sandbox, port int) boo
 		}
 	}
 	c.mu.Lock()
-	if c.h2 == nil || len(c.h2) >= maxCached {
+	if c.full() {
 		c.sweep()
 	}
 	c.h2[key] = cachedBool{v: h2, gen: gen}

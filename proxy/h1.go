@@ -151,16 +151,17 @@ func (h *h1conn) loop() bool {
 		if err != nil || h.p.services[t.port] != nil {
 			return true
 		}
-		sb, err := h.p.reach(context.Background(), t, string(rq.token), false)
-		if err != nil {
-			if h.refuse(&rq, err) == closeConn {
-				return false
+		out := replay
+		for mayReplay := true; out == replay; mayReplay = false {
+			sb, err := h.p.reach(context.Background(), t, string(rq.token), false)
+			if err != nil {
+				out = h.refuse(&rq, err)
+				break
 			}
-			continue
+			h.underWay = sb.ID
+			out = h.forward(&rq, sb, t.port, mayReplay)
+			h.answerBegins()
 		}
-		h.underWay = sb.ID
-		out := h.forward(&rq, sb, t.port)
-		h.answerBegins()
 		switch out {
 		case handOver:
 			return true
@@ -215,10 +216,18 @@ const (
 	keepConn outcome = iota // serve the next request
 	closeConn
 	handOver // nothing consumed: net/http takes the connection
+	// replay: the sandbox stopped under the request before it was
+	// answered, and the request, still whole in the buffer, may go again
+	// once the sandbox is reached again.
+	replay
 )
 
 // forward sends the request to the sandbox's port and its answer back.
-func (h *h1conn) forward(rq *request, sb *torpor.Sandbox, port int) outcome {
+// When the sandbox stops running under the request (a restart, a
+// hibernation) before the answer begins, it asks for a replay where
+// mayReplay allows and the request can go again, and otherwise answers
+// with the conflict (or, deleted, the gone) that says so.
+func (h *h1conn) forward(rq *request, sb *torpor.Sandbox, port int, mayReplay bool) outcome {
 	p := h.p
 	total := int64(len(rq.head)) + rq.contentLength
 	buffered := total <= int64(h.br.Size())
@@ -277,11 +286,18 @@ func (h *h1conn) forward(rq *request, sb *torpor.Sandbox, port int) outcome {
 			}
 		}
 		p.log.Debug("proxy: upstream", "sandbox", sb.ID, "port", port, "err", err)
+		answer := error(&torpor.Error{Code: torpor.EUnavailable, RetryAfter: time.Second,
+			Message: "port " + strconv.Itoa(port) + " of the sandbox did not answer"})
+		if serr := p.stoppedUnder(sb); serr != nil {
+			if mayReplay && buffered && rq.replayable {
+				return replay
+			}
+			answer = serr
+		}
 		if buffered {
 			h.br.Discard(int(total))
 		}
-		return h.answerError(rq, &torpor.Error{Code: torpor.EUnavailable, RetryAfter: time.Second,
-			Message: "port " + strconv.Itoa(port) + " of the sandbox did not answer"})
+		return h.answerError(rq, answer)
 	}
 	h.answerBegins()
 	if buffered {

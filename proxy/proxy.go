@@ -226,10 +226,31 @@ func (p *Proxy) reverseProxy(t http.RoundTripper) *httputil.ReverseProxy {
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			up := r.Context().Value(upstreamKey{}).(upstream)
 			p.log.Debug("proxy: upstream", "sandbox", up.sb.ID, "port", up.port, "err", err)
+			if serr := p.stoppedUnder(up.sb); serr != nil {
+				p.writeError(w, serr)
+				return
+			}
 			p.writeError(w, &torpor.Error{Code: torpor.EUnavailable, RetryAfter: time.Second,
 				Message: fmt.Sprintf("port %d of the sandbox did not answer", up.port)})
 		},
 	}
+}
+
+// stoppedUnder tells, once a request to a port of sb failed before its
+// answer began, whether sb has stopped running the instance the request
+// went to (a restart, hibernation or delete raced the request, and ended
+// the server): the error that says so, a conflict with the sandbox's state
+// or gone; nil when it runs as it did, and its server itself failed.
+func (p *Proxy) stoppedUnder(sb *torpor.Sandbox) error {
+	cur, _, err := p.lookup(context.Background(), sb.ID)
+	switch {
+	case err != nil || cur.State == torpor.StateRunning && cur.Handle == sb.Handle:
+		return nil
+	case cur.State == torpor.StateTerminated:
+		return torpor.Errorf(torpor.EGone, "sandbox %s was deleted while the request ran", sb.ID)
+	}
+	return &torpor.Error{Code: torpor.EConflict, State: cur.State, Reason: "state",
+		Message: fmt.Sprintf("sandbox %s stopped running the server the request went to (it is %s now); send the request again", sb.ID, cur.State)}
 }
 
 // bufferPool lends the 32 KiB buffers that copy response bodies.
