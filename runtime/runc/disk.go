@@ -321,7 +321,10 @@ func mountImage(image, target string) error {
 	if mounted(target) {
 		return nil
 	}
-	dev, err := attachLoop(image)
+	dev, err := boundLoop(image)
+	if err == nil && dev == nil {
+		dev, err = attachLoop(image)
+	}
 	if err != nil {
 		return fmt.Errorf("loop device for %s: %w", image, err)
 	}
@@ -333,6 +336,46 @@ func mountImage(image, target string) error {
 		return fmt.Errorf("mount %s on %s: %w", image, target, err)
 	}
 	return nil
+}
+
+// boundLoop returns, opened, a loop device that is still bound to image,
+// or nil when none is. An earlier instance's file system of the image
+// lives on there after its unmount when something still holds it: a file
+// the daemon had open in it (a files API call in flight, so the unmount
+// could only detach it), or a copy of the mount in a mount namespace made
+// while it was mounted (a process that unshared its mounts: a build's, a
+// systemd service's), which lasts as long as that namespace. Mounting
+// that device again mounts the same file system; mounting the image
+// through a second device would make a second one over the same blocks,
+// and each would write its own bitmaps and journal over the other's.
+func boundLoop(image string) (*os.File, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(image, &st); err != nil {
+		return nil, err
+	}
+	real, err := filepath.EvalSymlinks(image)
+	if err != nil {
+		return nil, err
+	}
+	files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, f := range files {
+		// The kernel names the backing file by its path (links resolved);
+		// the device's own record of its inode is what counts.
+		if b, err := os.ReadFile(f); err != nil || strings.TrimSpace(string(b)) != real {
+			continue
+		}
+		dev, err := os.OpenFile("/dev/"+filepath.Base(filepath.Dir(filepath.Dir(f))), os.O_RDWR|unix.O_CLOEXEC, 0)
+		if err != nil {
+			continue
+		}
+		// Open, the device stays bound (autoclear waits for its last
+		// user): check that it is bound to this very file.
+		if info, err := unix.IoctlLoopGetStatus64(int(dev.Fd())); err == nil && info.Inode == st.Ino && info.Device == st.Dev {
+			return dev, nil
+		}
+		dev.Close()
+	}
+	return nil, nil
 }
 
 // attachLoop binds the file at path to a free loop device and returns the
