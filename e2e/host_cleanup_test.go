@@ -1,8 +1,6 @@
 package e2e
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
@@ -10,8 +8,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/google/nftables"
 
 	"github.com/torpor-dev/torpor/network"
 	"github.com/torpor-dev/torpor/network/networktest"
@@ -56,19 +52,7 @@ func existing(dirs []string) []string {
 // for it, until a later daemon stops with that sandbox deleted.
 func TestStopRemovesWhatNoSandboxUses(t *testing.T) {
 	needs(t)
-	var b [3]byte
-	rand.Read(b[:])
-	bridge := "tpe" + hex.EncodeToString(b[:])
-	env := []string{"TORPOR_NETWORK_BRIDGE=" + bridge, fmt.Sprintf("TORPOR_NETWORK_CIDR=10.217.%d.0/24", b[0])}
-	t.Cleanup(func() { // whatever the test left (registered first: runs after the daemons stop)
-		_ = exec.Command("ip", "link", "delete", bridge).Run()
-		if c, err := nftables.New(); err == nil {
-			c.DelTable(&nftables.Table{Name: bridge, Family: nftables.TableFamilyINet})
-			c.DelTable(&nftables.Table{Name: bridge, Family: nftables.TableFamilyBridge})
-			_ = c.Flush()
-		}
-		_ = os.RemoveAll(filepath.Join(network.DefaultStateDir, bridge))
-	})
+	bridge, env := privateNetwork(t, "tpe", func(b byte) string { return fmt.Sprintf("10.217.%d.0/24", b) })
 	bin, dataDir := torporBin(t), t.TempDir()
 	gone := func(what string, parents []string) {
 		t.Helper()
