@@ -408,8 +408,13 @@ func setupMarker() string { return fmt.Sprintf("torpor-crash-setup-%d", os.Getpi
 func (r *crashRig) waitSetup(t *testing.T, d *daemon, had map[string]int) {
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
-		if len(processesWith(setupMarker())) > 0 {
-			return
+		// The CLI that asks for the create carries the marker in its
+		// arguments too, before the daemon has stored anything: only
+		// the setup's own processes, which the boot starts, count.
+		for _, cmdline := range processesWith(setupMarker()) {
+			if !strings.HasPrefix(cmdline, d.bin+"\x00") {
+				return
+			}
 		}
 		for id := range r.qemus() {
 			if had[id] == 0 {

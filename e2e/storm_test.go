@@ -958,6 +958,14 @@ func TestDiskImageMountedOnce(t *testing.T) {
 	whole := func(what string) {
 		t.Helper()
 		d.ok("hibernate", id)
+		// e2fsck reads a file system still mounted somewhere as damaged:
+		// wait for the last mount of it (a namespace of a process just
+		// killed is torn down after it is reaped) to let the image go.
+		for deadline := time.Now().Add(30 * time.Second); loops() > 0; time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the disk image is still bound to a loop device 30 s after the hibernation", what)
+			}
+		}
 		if out, err := exec.Command(fsck, "-fn", image).CombinedOutput(); err != nil {
 			t.Fatalf("%s: the disk image is damaged: %v\n%s", what, err, out)
 		}
