@@ -139,6 +139,13 @@ type Sandbox struct {
 	// KeyID is the API key that created the sandbox (the GPU watchdog
 	// flags it).
 	KeyID string `json:"key_id,omitempty"`
+	// FromPool says the sandbox was claimed from a warm pool of its
+	// template (docs/pools.md) rather than booted for its create.
+	FromPool bool `json:"from_pool"`
+	// Pool names the template of the warm pool a sandbox is a ready
+	// member of, owned by PoolTenant and shown to no one; empty for every
+	// sandbox a tenant owns, a claimed one included.
+	Pool string `json:"-"`
 
 	// The idle policy in the two forms a caller may use (see Policy).
 	Timeout         OptSeconds      `json:"timeout"`

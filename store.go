@@ -90,5 +90,6 @@ type Store interface {
 	AuthStore
 	TemplateStore
 	WebhookStore
+	PoolStore
 	Close() error
 }

@@ -34,6 +34,9 @@ func (e *Engine) RunCode(ctx context.Context, tenant, id string, req torpor.Code
 		return torpor.CodeResult{}, err
 	}
 	started := e.now()
+	if req.Op == torpor.CodeRun {
+		req.Env = claimEnv(sb, req.Env)
+	}
 	return untilStopped(e, ctx, sb, stopped, "the snippet", func(ctx context.Context) (torpor.CodeResult, error) {
 		return cr.RunCode(ctx, ref(sb), req)
 	}, nil, func() { e.done(tenant, id, started) })

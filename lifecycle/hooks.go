@@ -40,19 +40,20 @@ func (e *Engine) runHooks(ctx context.Context, sb *torpor.Sandbox, on string) {
 		return
 	}
 	r := ref(sb)
+	env := claimEnv(sb, nil)
 	for i, h := range sb.Hooks {
 		if h.On != on {
 			continue
 		}
 		if h.Wait {
-			err := e.runHook(context.WithoutCancel(ctx), rt, r, sb.ID, h)
+			err := e.runHook(context.WithoutCancel(ctx), rt, r, sb.ID, env, h)
 			e.recordHook(ctx, sb, i, h, err)
 			continue
 		}
 		e.wg.Add(1)
 		go func(i int, h torpor.Hook) {
 			defer e.wg.Done()
-			err := e.runHook(e.bg, rt, r, sb.ID, h)
+			err := e.runHook(e.bg, rt, r, sb.ID, env, h)
 			unlock := e.locks.Lock(r.SandboxID)
 			defer unlock()
 			if cur, gerr := e.store.GetSandbox(e.bg, r.SandboxID); gerr == nil {
@@ -80,22 +81,24 @@ func (e *Engine) recordHook(ctx context.Context, sb *torpor.Sandbox, i int, h to
 }
 
 // runHook runs one hook within its timeout.
-func (e *Engine) runHook(ctx context.Context, rt torpor.Runtime, r torpor.InstanceRef, id string, h torpor.Hook) error {
+// A script hook runs with env (see claimEnv).
+func (e *Engine) runHook(ctx context.Context, rt torpor.Runtime, r torpor.InstanceRef, id string, env map[string]string, h torpor.Hook) error {
 	ctx, cancel := context.WithTimeout(ctx, h.Timeout())
 	defer cancel()
 	switch h.Type {
 	case torpor.HookScript:
-		return runScriptHook(ctx, rt, r, h)
+		return runScriptHook(ctx, rt, r, env, h)
 	case torpor.HookHTTP:
 		return runHTTPHook(ctx, rt, r, id, h)
 	}
 	return fmt.Errorf("unknown hook type %q", h.Type)
 }
 
-func runScriptHook(ctx context.Context, rt torpor.Runtime, r torpor.InstanceRef, h torpor.Hook) error {
+func runScriptHook(ctx context.Context, rt torpor.Runtime, r torpor.InstanceRef, env map[string]string, h torpor.Hook) error {
 	var out tail
 	res, err := rt.Exec(ctx, r, torpor.ExecRequest{
 		Cmd:     append([]string{h.Path}, h.Arguments...),
+		Env:     env,
 		Stdout:  io.Discard,
 		Stderr:  &out,
 		Timeout: h.Timeout(),

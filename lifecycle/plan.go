@@ -25,6 +25,11 @@ const upcomingWindow = time.Hour
 // action; an idle action that comes first stops it (a paused sandbox's
 // end does not run, and a killed one has none).
 func plan(sb *torpor.Sandbox, maxPaused time.Duration) []torpor.ScheduledEvent {
+	if sb.Pool != "" {
+		// A warm pool's member waits, frozen, for a claim: no policy
+		// pauses, hibernates or ends it (lifecycle/pool.go).
+		return nil
+	}
 	idle := idlePlan(sb, maxPaused)
 	if sb.State != torpor.StateRunning || sb.EndAt == nil || (len(idle) > 0 && idle[0].At.Before(*sb.EndAt)) {
 		return idle

@@ -52,6 +52,7 @@ func (e *Engine) StartProcess(ctx context.Context, tenant, id string, req torpor
 		req.MinID = max(req.MinID, pid+1)
 	}
 	e.procMu.Unlock()
+	req.Env = claimEnv(sb, req.Env)
 	info, err := pr.StartProcess(ctx, ref(sb), req)
 	if err != nil {
 		return torpor.ProcessInfo{}, e.stoppedUnder(ctx, sb, "the process start", err)

@@ -69,6 +69,16 @@ func (e *Engine) reconcileSandbox(ctx context.Context, sb *torpor.Sandbox) error
 			return err
 		}
 	}
+	if sb.Tenant == torpor.PoolTenant && sb.State != torpor.StateTerminated {
+		// A warm pool's member still frozen is adopted as it is; any other
+		// (a boot or a claim cut short, an instance lost) is removed, and
+		// the refill boots its replacement (pool.go).
+		if sb.Pool != "" && sb.State == torpor.StatePaused && sb.PauseMode == torpor.PauseFreeze && st.State == torpor.InstanceFrozen {
+			e.watch(sb.ID, sb.Handle, rt)
+			return nil
+		}
+		return e.terminate(ctx, sb, CauseReconcile)
+	}
 
 	switch sb.State {
 	case torpor.StateStarting, torpor.StateRestarting:

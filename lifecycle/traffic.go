@@ -24,6 +24,10 @@ func (e *Engine) Lookup(ctx context.Context, id string) (*torpor.Sandbox, error)
 	if err != nil {
 		return nil, err
 	}
+	if sb.Tenant == torpor.PoolTenant {
+		// A warm pool's member is no one's yet: nothing reaches it.
+		return nil, torpor.Errorf(torpor.ENotFound, "no sandbox %q", id)
+	}
 	return e.view(sb), nil
 }
 
@@ -40,6 +44,9 @@ func (e *Engine) WakeForTraffic(ctx context.Context, id string) (*torpor.Sandbox
 	sb, err := e.store.GetSandbox(ctx, id)
 	if err != nil {
 		return nil, err
+	}
+	if sb.Tenant == torpor.PoolTenant {
+		return nil, torpor.Errorf(torpor.ENotFound, "no sandbox %q", id)
 	}
 	if err := e.wake(ctx, sb, "proxy to"); err != nil {
 		return nil, err

@@ -561,6 +561,7 @@ func (e *Engine) Exec(ctx context.Context, tenant, id string, req torpor.ExecReq
 		return torpor.ExecResult{}, err
 	}
 	started := e.now()
+	req.Env = claimEnv(sb, req.Env)
 	var streams execIO
 	streams.wrap(&req)
 	return untilStopped(e, ctx, sb, stopped, "the command", func(ctx context.Context) (res torpor.ExecResult, err error) {

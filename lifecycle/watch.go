@@ -94,4 +94,7 @@ func (e *Engine) onExit(id, handle string, st torpor.InstanceStatus) {
 	if err := e.recordFailure(ctx, sb, f); err != nil {
 		e.log.Error("recording failure", "sandbox", id, "err", err)
 	}
+	if sb.Pool != "" {
+		e.memberLost(sb.Pool, id)
+	}
 }

@@ -38,6 +38,8 @@ type sandboxRecord struct {
 	AllowInternet  bool              `json:"allow_internet,omitempty"`
 	Accel          *torpor.Accel     `json:"accel,omitempty"`
 	KeyID          string            `json:"key_id,omitempty"`
+	Pool           string            `json:"pool,omitempty"`
+	FromPool       bool              `json:"from_pool,omitempty"`
 	UsageKind      string            `json:"usage_kind,omitempty"`
 	UsageSince     int64             `json:"usage_since_us,omitempty"`
 	EndAt          *int64            `json:"end_at_us,omitempty"`
@@ -181,6 +183,7 @@ func encodeRecord(sb *torpor.Sandbox) (string, error) {
 	r.AllowInternet = sb.AllowInternet
 	r.Accel = sb.Accel
 	r.KeyID = sb.KeyID
+	r.Pool, r.FromPool = sb.Pool, sb.FromPool
 	r.UsageKind = string(sb.Usage.Kind)
 	if !sb.Usage.Since.IsZero() {
 		r.UsageSince = micros(sb.Usage.Since)
@@ -253,6 +256,7 @@ func decodeRecord(sb *torpor.Sandbox, data string) error {
 	sb.AllowInternet = r.AllowInternet
 	sb.Accel = r.Accel
 	sb.KeyID = r.KeyID
+	sb.Pool, sb.FromPool = r.Pool, r.FromPool
 	sb.Usage.Kind = torpor.UsageKind(r.UsageKind)
 	if r.UsageSince != 0 {
 		sb.Usage.Since = fromMicros(r.UsageSince)

@@ -94,6 +94,8 @@ ALTER TABLE tenants ADD COLUMN max_vcpus      REAL    NOT NULL DEFAULT 0;
 ALTER TABLE tenants ADD COLUMN max_memory_mib INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE tenants ADD COLUMN max_disk_mib   INTEGER NOT NULL DEFAULT 0;
 `,
+		// 8: the warm pools set at run time (pools.go).
+		poolsSchema,
 	}
 }
 

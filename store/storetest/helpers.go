@@ -75,6 +75,8 @@ func fullSandbox(id, tenant string) *torpor.Sandbox {
 		AllowInternet: true,
 		Accel:         &torpor.Accel{GPUs: 1, VRAMMiB: 16384, SuspendMode: "transparent", IdleTimeoutS: 900},
 		KeyID:         "key_abc",
+		Pool:          "base",
+		FromPool:      true,
 		Hooks: []torpor.Hook{
 			{Type: torpor.HookScript, On: torpor.HookOnStart, Path: "/app/restore.sh", Arguments: []string{"--from", "/data"}, Port: 1, Wait: true, TimeoutSeconds: 60},
 			{Type: torpor.HookHTTP, On: torpor.HookOnPause, Path: "/hooks/flush", Port: 3000, TimeoutSeconds: 30},

@@ -55,6 +55,7 @@ func Run(t *testing.T, open Opener) {
 		{"APIKeys", apiKeyTests()},
 		{"Templates", templateTests()},
 		{"Webhooks", webhookTests()},
+		{"Pools", poolTests()},
 		{"Usage", usageTests()},
 		{"Durability", durabilityTests()},
 		{"Context", contextTests()},
