@@ -35,6 +35,9 @@ const CausePool = "pool"
 // failed) waits before it tries again.
 const poolRetry = 5 * time.Second
 
+// poolMaxRetry bounds the retry's backoff.
+const poolMaxRetry = 5 * time.Minute
+
 // bootSpec is what a boot of a sandbox depends on beyond its template:
 // a create claims a member only when its spec is the member's.
 type bootSpec struct {
@@ -144,7 +147,15 @@ func (p *pools) take(template string, want bootSpec, stored time.Time) (m member
 	}
 	if len(pl.ready) > 0 {
 		// Members there are, of another spec: the request is not the
-		// pool's (its resources, setup, entrypoint or network differ).
+		// pool's (its resources, setup, entrypoint or network differ),
+		// or the template was stored again since they booted, which the
+		// refill must hear of to replace them.
+		for _, c := range pl.ready {
+			if !c.stamp.Equal(stored) {
+				p.kick()
+				break
+			}
+		}
 		return member{}, false, false
 	}
 	pl.misses++
@@ -218,6 +229,14 @@ func (e *Engine) SetPool(ctx context.Context, template string, size int, interne
 	if internet != nil {
 		c.AllowInternet = *internet
 	}
+	if size > 0 {
+		// A pool that could never fill is refused now rather than
+		// retried for ever: its template's defaults must make a valid
+		// create on this server, with the network it asks for.
+		if err := e.checkPoolBoot(ctx, c); err != nil {
+			return torpor.PoolStatus{}, err
+		}
+	}
 	if err := e.store.SetPool(ctx, c); err != nil {
 		return torpor.PoolStatus{}, err
 	}
@@ -278,21 +297,35 @@ func (e *Engine) startPools(ctx context.Context, configured []torpor.PoolConfig)
 // failed round is tried again after poolRetry.
 func (e *Engine) runRefill(ctx context.Context) {
 	retry := make(chan struct{}, 1)
+	var backoff time.Duration
 	for {
+		// After a failed round only its retry starts the next one: a
+		// member removed (or lost) right after its boot kicks the refill,
+		// which would otherwise boot again at once, forever.
+		wake := e.pools.wake
+		if backoff > 0 {
+			wake = nil
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-e.pools.wake:
+		case <-wake:
 		case <-retry:
 		}
-		if !e.refill(ctx) && ctx.Err() == nil {
-			e.clock.AfterFunc(poolRetry, func() {
-				select {
-				case retry <- struct{}{}:
-				default:
-				}
-			})
+		if e.refill(ctx) {
+			backoff = 0
+			continue
 		}
+		if ctx.Err() != nil {
+			return
+		}
+		backoff = min(max(2*backoff, poolRetry), poolMaxRetry)
+		e.clock.AfterFunc(backoff, func() {
+			select {
+			case retry <- struct{}{}:
+			default:
+			}
+		})
 	}
 }
 
@@ -315,6 +348,23 @@ func (e *Engine) defaultSpec(ctx context.Context, c torpor.PoolConfig) (bootSpec
 	}
 	return bootSpec{kind: rt.Kind(), resources: res, setup: req.Runtime.Setup, entrypoint: req.Runtime.Entrypoint,
 		internet: req.AllowInternet}, tmpl.CreatedAt, nil
+}
+
+// checkPoolBoot reports why a default create of c's template could not
+// boot on this server, as a create would say it.
+func (e *Engine) checkPoolBoot(ctx context.Context, c torpor.PoolConfig) error {
+	spec, _, err := e.defaultSpec(ctx, c)
+	if err != nil {
+		return err
+	}
+	rt, err := e.runtime(spec.kind)
+	if err != nil {
+		return err
+	}
+	if a, ok := rt.(torpor.Addresser); c.AllowInternet && (!ok || !a.Networked()) {
+		return torpor.Invalid("allow_internet", "sandboxes of the %s runtime have no network to the internet on this server", rt.Kind())
+	}
+	return nil
 }
 
 // dropStale removes from template's pool the ready members that a

@@ -1,6 +1,8 @@
 package lifecycle_test
 
 import (
+	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -325,5 +327,85 @@ func TestPoolOfAMissingTemplate(t *testing.T) {
 	}
 	if p := e.pool("later"); p.LastError != "" {
 		t.Fatalf("the error stays after a refill that worked: %+v", p)
+	}
+}
+
+// A template imported again makes its ready members stale: the next
+// create does not claim one, the refill hears of it and replaces them,
+// and creates claim again from the new members.
+func TestPoolReplacesMembersOfATemplateStoredAgain(t *testing.T) {
+	e := newEnv(t, withPools(map[string]int{"base": 2}))
+	e.waitReady("base", 2)
+	old := e.poolMembers()
+	if err := e.store.PutTemplate(ctx, torpor.Template{Name: "base", RootFS: "/nonexistent", CreatedAt: time.Now().Add(time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	if sb := e.create(torpor.CreateRequest{}); sb.FromPool {
+		t.Fatalf("a create claimed a member of the template before it was stored again: %s", sb.ID)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ids := e.poolMembers()
+		if e.pool("base").Ready == 2 && len(ids) == 2 && !slices.Contains(ids, old[0]) && !slices.Contains(ids, old[1]) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the stale members were not replaced: before %v, now %v, %+v", old, ids, e.pool("base"))
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	if sb := e.create(torpor.CreateRequest{}); !sb.FromPool {
+		t.Fatalf("a create after the refill booted cold: %+v", e.pool("base"))
+	}
+}
+
+// A pool whose members cannot freeze does not boot again and again: a
+// failed round waits for its retry, which backs off, whatever removal of
+// the failed member wakes the refill.
+func TestPoolFailingFreezeBacksOff(t *testing.T) {
+	e := newEnv(t)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			e.host.FailNext("freeze", errors.New("freezer broken"))
+			time.Sleep(100 * time.Microsecond)
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	if _, err := e.eng.SetPool(ctx, "base", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	// The engine's clock stands still: no retry is due, so one boot is
+	// all a failing pool may make however long it waits.
+	time.Sleep(500 * time.Millisecond)
+	sbs, err := e.store.ListSandboxes(ctx, torpor.SandboxFilter{Tenant: torpor.PoolTenant, IncludeTerminated: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sbs) > 2 {
+		t.Fatalf("a pool that cannot freeze booted %d members before its retry was due", len(sbs))
+	}
+	if e.pool("base").LastError == "" {
+		t.Fatalf("the pool does not say why it is empty: %+v", e.pool("base"))
+	}
+}
+
+// A pool that could never fill is refused when it is set: a template
+// whose members would need the internet on a server without a network.
+func TestSetPoolRefusesAPoolThatCannotBoot(t *testing.T) {
+	e := newEnv(t)
+	yes := true
+	if _, err := e.eng.SetPool(ctx, "base", 1, &yes); !torpor.IsCode(err, torpor.EInvalid) {
+		t.Fatalf("a pool with internet on a runtime without a network: %v, want invalid_argument", err)
+	}
+	if len(e.eng.Pools()) != 0 {
+		t.Fatalf("the refused pool shows: %+v", e.eng.Pools())
 	}
 }
