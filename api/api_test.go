@@ -540,3 +540,40 @@ func TestStartExecCallbacksAndWait(t *testing.T) {
 		t.Fatalf("StartExec: %+v %v %q %q", res, err, out.String(), errOut.String())
 	}
 }
+
+// GET /v1/pools answers any key; PUT /v1/pools/{template} is the admin's,
+// checks its body and the template, and the size shows in the list.
+func TestPoolsAPI(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	pools, err := f.tenantCl.Pools(ctx)
+	if err != nil || len(pools) != 0 {
+		t.Fatalf("pools of a fresh server: %v %v", pools, err)
+	}
+	var te *torpor.Error
+	if _, err := f.tenantCl.SetPool(ctx, "base", 1); !errorsAs(err, &te) || te.Code != torpor.EForbidden {
+		t.Fatalf("a tenant key sets a pool: %v", err)
+	}
+	if _, err := f.adminCl.SetPool(ctx, "nope", 1); !torpor.IsCode(err, torpor.ENotFound) {
+		t.Fatalf("a pool of an unknown template: %v", err)
+	}
+	if _, err := f.adminCl.SetPool(ctx, "base", torpor.MaxPoolSize+1); !torpor.IsCode(err, torpor.EInvalid) {
+		t.Fatalf("a pool too big: %v", err)
+	}
+	for _, body := range []string{`{}`, `{"size":-1}`, `{"size":"2"}`, `{"size":1,"x":1}`} {
+		if code, _ := f.raw(t, "PUT", "/v1/pools/base", f.admin, "application/json", body); code != http.StatusBadRequest {
+			t.Errorf("PUT %s: %d, want 400", body, code)
+		}
+	}
+	st, err := f.adminCl.SetPool(ctx, "base", 1)
+	if err != nil || st.Template != "base" || st.Size != 1 {
+		t.Fatalf("SetPool: %+v %v", st, err)
+	}
+	pools, err = f.tenantCl.Pools(ctx)
+	if err != nil || len(pools) != 1 || pools[0].Size != 1 {
+		t.Fatalf("pools after a SetPool: %+v %v", pools, err)
+	}
+	if _, err := f.adminCl.SetPool(ctx, "base", 0); err != nil {
+		t.Fatal(err)
+	}
+}

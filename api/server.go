@@ -136,6 +136,8 @@ func (s *Server) routes() []route {
 		{"GET", "/v1/runtimes", s.listRuntimes, false},
 		{"GET", "/v1/templates", s.templates, false},
 		{"GET", "/v1/templates/{name}", s.getTemplate, false},
+		{"GET", "/v1/pools", s.listPools, false},
+		{"PUT", "/v1/pools/{template}", s.setPool, true},
 		{"DELETE", "/v1/templates/{name}", s.deleteTemplate, true},
 		{"POST", "/v1/templates", s.importTemplate, true},
 		{"POST", "/v1/templates/build", s.buildTemplate, true},

@@ -58,6 +58,7 @@ var validRequests = map[string]routeRequest{
 	"POST /v1/templates/build": {ctype: jsonType, body: `{"name":"built"}`},
 	"POST /v1/tenants":         {ctype: jsonType, body: `{"name":"charlie"}`},
 	"PATCH /v1/tenants/{name}": {ctype: jsonType, body: `{"quota":{"max_sandboxes":5}}`},
+	"PUT /v1/pools/{template}": {ctype: jsonType, body: `{"size":0}`},
 	"POST /v1/keys":            {ctype: jsonType, body: `{"tenant":"charlie"}`},
 }
 
@@ -76,6 +77,8 @@ var notTenantScoped = map[string]string{
 	"POST /v1/templates":          "admin only: a tenant key is refused with 403 before anything is read",
 	"POST /v1/templates/build":    "admin only: a tenant key is refused with 403 before anything is read",
 	"DELETE /v1/templates/{name}": "admin only: a tenant key is refused with 403 before anything is read",
+	"PUT /v1/pools/{template}":    "admin only: a tenant key is refused with 403 before anything is read",
+	"GET /v1/pools":               "the node's warm pools: sizes and counts of templates, aggregate like /metrics, with no sandbox ids",
 }
 
 // placeholders say what fills each path parameter, by the segment before
@@ -87,6 +90,7 @@ var placeholders = map[string]string{
 	"processes/{pid}":  "process",
 	"webhooks/{id}":    "webhook",
 	"templates/{name}": "template",
+	"pools/{template}": "template",
 	"tenants/{name}":   "tenant",
 }
 

@@ -101,6 +101,45 @@ type Config struct {
 	VMAgent      string `toml:"vm_agent"`
 	VMKernelDir  string `toml:"vm_kernel_dir"`
 	VMLazyMemory bool   `toml:"vm_lazy_memory"`
+	// WarmPools are the warm pools a start begins with (docs/pools.md), as
+	// TEMPLATE=N or TEMPLATE=N:internet: a TOML array of them (or one
+	// comma-separated string), TORPOR_WARM_POOLS (comma-separated), or
+	// --warm-pool, once per template; each layer over the one before for
+	// the templates it names. A pool set at run time (PUT
+	// /v1/pools/{template}) is stored and wins over these.
+	WarmPools stringList `toml:"warm_pools"`
+}
+
+// warmPoolFlag is the repeatable flag of WarmPools.
+const warmPoolFlag = "warm-pool"
+
+// addWarmPools appends TEMPLATE=N specs to c.WarmPools; a later one wins.
+func (c *Config) addWarmPools(specs ...string) {
+	for _, spec := range specs {
+		if c.WarmPools != "" {
+			c.WarmPools += ","
+		}
+		c.WarmPools += stringList(spec)
+	}
+}
+
+// warmPools parses WarmPools: one config a template, the last spec of it.
+func (c Config) warmPools() ([]torpor.PoolConfig, error) {
+	var out []torpor.PoolConfig
+	at := map[string]int{}
+	for _, spec := range c.WarmPools.fields() {
+		p, err := torpor.ParsePoolSpec(spec)
+		if err != nil {
+			return nil, fmt.Errorf("warm_pools (the file's warm_pools, TORPOR_WARM_POOLS or --warm-pool): %w", err)
+		}
+		if i, ok := at[p.Template]; ok {
+			out[i] = p
+			continue
+		}
+		at[p.Template] = len(out)
+		out = append(out, p)
+	}
+	return out, nil
 }
 
 // setting describes one Config field for the file, env and flag layers.
@@ -219,6 +258,7 @@ func DefaultConfig() Config {
 func AddFlags(fs *pflag.FlagSet) {
 	def := DefaultConfig()
 	fs.String("config", "", "TOML config file (default: $TORPOR_CONFIG, else DATA_DIR/torpor.toml when it exists)")
+	fs.StringArray(warmPoolFlag, nil, "keep N sandboxes of TEMPLATE booted and frozen for fast creates, as TEMPLATE=N (TEMPLATE=N:internet: with the internet); repeat for more templates (docs/pools.md)")
 	for _, s := range def.settings() {
 		name := strings.ReplaceAll(s.key, "_", "-")
 		switch p := s.ptr.(type) {
@@ -278,6 +318,12 @@ func LoadConfig(fs *pflag.FlagSet, getenv func(string) string) (Config, error) {
 				return Config{}, fmt.Errorf("--%s: %w", f.Name, err)
 			}
 		}
+	}
+	if v := getenv(EnvName("warm_pools")); v != "" {
+		c.addWarmPools(v)
+	}
+	if specs, err := fs.GetStringArray(warmPoolFlag); err == nil {
+		c.addWarmPools(specs...)
 	}
 	return c, c.validate()
 }
@@ -368,6 +414,9 @@ func (c Config) validate() error {
 	case "auto", "kvm", "tcg", "off":
 	default:
 		return fmt.Errorf("vm_accel must be auto, kvm, tcg or off, got %q", c.VMAccel)
+	}
+	if _, err := c.warmPools(); err != nil {
+		return err
 	}
 	if c.SettleSeconds < 1 || 86400%c.SettleSeconds != 0 {
 		return fmt.Errorf("settle_seconds must divide a day (86400), e.g. 60, 900 or 3600; got %d", c.SettleSeconds)

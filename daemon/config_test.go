@@ -18,7 +18,9 @@ func TestConfigLayers(t *testing.T) {
 	}
 	dnsFile := filepath.Join(dir, "dns.toml")
 	dnsString := filepath.Join(dir, "dns-string.toml")
-	for f, body := range map[string]string{dnsFile: "network_dns = [\"192.0.2.1\", \"192.0.2.2\"]\n", dnsString: "network_dns = \"192.0.2.3\"\n"} {
+	pools := filepath.Join(dir, "pools.toml")
+	for f, body := range map[string]string{dnsFile: "network_dns = [\"192.0.2.1\", \"192.0.2.2\"]\n", dnsString: "network_dns = \"192.0.2.3\"\n",
+		pools: "warm_pools = [\"base=4\", \"python=2:internet\"]\n"} {
 		if err := os.WriteFile(f, []byte(body), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -53,6 +55,13 @@ func TestConfigLayers(t *testing.T) {
 		{"rate limits from env and flags", map[string]string{"TORPOR_RATE_LIMIT_PER_SECOND": "2.5"}, []string{"--rate-limit-burst", "5"},
 			func(c Config) bool { return c.RateLimitPerSecond == 2.5 && c.RateLimitBurst == 5 }},
 		{"rate limits off", nil, []string{"--rate-limit-per-second", "0"}, func(c Config) bool { return c.RateLimitPerSecond == 0 }},
+		{"no warm pools by default", nil, nil, func(c Config) bool { return len(c.WarmPools) == 0 }},
+		{"warm pools from the file, env and repeated flags, each over the one before", map[string]string{"TORPOR_WARM_POOLS": "python=3, go=1:internet"},
+			[]string{"--config", pools, "--warm-pool", "base=1", "--warm-pool", "rust=0"},
+			func(c Config) bool {
+				p, err := c.warmPools()
+				return err == nil && fmt.Sprint(p) == "[{base 1 false} {python 3 false} {go 1 true} {rust 0 false}]"
+			}},
 		{"webhook ranges from the environment", map[string]string{"TORPOR_WEBHOOK_ALLOW_CIDRS": "10.1.2.3/16, fd00::/8"}, nil, func(c Config) bool {
 			p, err := c.webhookAllow()
 			return err == nil && fmt.Sprint(p) == "[10.1.0.0/16 fd00::/8]"
@@ -82,6 +91,8 @@ func TestConfigErrors(t *testing.T) {
 	os.WriteFile(bad, []byte("lisen = \"x\"\n"), 0o600)
 	badDNS := filepath.Join(dir, "bad-dns.toml")
 	os.WriteFile(badDNS, []byte("network_dns = [1, 2]\n"), 0o600)
+	badPool := filepath.Join(dir, "bad-pool.toml")
+	os.WriteFile(badPool, []byte("warm_pools = [\"base=-1\"]\n"), 0o600)
 	cases := []struct {
 		name  string
 		env   map[string]string
@@ -107,6 +118,9 @@ func TestConfigErrors(t *testing.T) {
 		{"nameservers not strings", nil, []string{"--config", badDNS}, "network_dns"},
 		{"negative rate limit", nil, []string{"--rate-limit-per-second", "-1"}, "rate_limit_per_second must be between 0"},
 		{"no burst", map[string]string{"TORPOR_RATE_LIMIT_BURST": "0"}, nil, "rate_limit_burst must be between 1"},
+		{"a warm pool without a size", nil, []string{"--warm-pool", "base"}, "--warm-pool"},
+		{"a warm pool too big", map[string]string{"TORPOR_WARM_POOLS": "base=65"}, nil, "TORPOR_WARM_POOLS"},
+		{"a negative warm pool in the file", nil, []string{"--config", badPool}, "warm_pools"},
 		{"webhook range not a CIDR", nil, []string{"--webhook-allow-cidrs", "127.0.0.1"}, "webhook_allow_cidrs: \"127.0.0.1\" is not a CIDR range"},
 	}
 	for _, c := range cases {

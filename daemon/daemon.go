@@ -114,6 +114,10 @@ func Run(ctx context.Context, cfg Config, opt Options) error {
 	// The engine reports to the metrics (its Observer), whose gauges then
 	// read the engine.
 	mets := metrics.New()
+	warmPools, err := cfg.warmPools()
+	if err != nil {
+		return err
+	}
 	eng, err := lifecycle.New(lifecycle.Config{
 		Observer:       mets,
 		Store:          st,
@@ -130,6 +134,7 @@ func Run(ctx context.Context, cfg Config, opt Options) error {
 		GPU:            gpuLeases,
 		GPUAttach:      gpuAttach,
 		Failpoint:      failpoint(opt.Getenv(FailpointEnv), log),
+		WarmPools:      warmPools,
 	})
 	if err != nil {
 		return err

@@ -29,14 +29,15 @@ func (l latencies) report(b *testing.B, prefix string) {
 	if len(l) == 0 {
 		return
 	}
+	b.ReportMetric(l.pct(0.5), prefix+"p50-ms")
+	b.ReportMetric(l.pct(0.99), prefix+"p99-ms")
+}
+
+// pct is the p-th quantile (0 to 1) of l, in milliseconds.
+func (l latencies) pct(p float64) float64 {
 	s := append(latencies(nil), l...)
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	pct := func(p float64) float64 {
-		i := int(p * float64(len(s)-1))
-		return float64(s[i].Microseconds()) / 1000
-	}
-	b.ReportMetric(pct(0.5), prefix+"p50-ms")
-	b.ReportMetric(pct(0.99), prefix+"p99-ms")
+	return float64(s[int(p*float64(len(s)-1))].Microseconds()) / 1000
 }
 
 func benchDaemon(b *testing.B) (*daemon, *client.Client) {

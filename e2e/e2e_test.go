@@ -79,8 +79,14 @@ var (
 // Extra environment (e.g. a failpoint) goes to the daemon only.
 func startDaemon(t testing.TB, bin, dataDir string, env ...string) *daemon {
 	t.Helper()
+	return startDaemonArgs(t, bin, dataDir, nil, env...)
+}
+
+// startDaemonArgs is startDaemon with more flags of `torpor serve`.
+func startDaemonArgs(t testing.TB, bin, dataDir string, args []string, env ...string) *daemon {
+	t.Helper()
 	d := &daemon{t: t, bin: bin, dataDir: dataDir, stdout: &bytes.Buffer{}, logs: &syncBuffer{}, exited: make(chan struct{})}
-	d.cmd = exec.Command(bin, "serve", "--data-dir", dataDir, "--listen", "127.0.0.1:0", "--proxy-listen", "127.0.0.1:0", "--log-level", "debug")
+	d.cmd = exec.Command(bin, append([]string{"serve", "--data-dir", dataDir, "--listen", "127.0.0.1:0", "--proxy-listen", "127.0.0.1:0", "--log-level", "debug"}, args...)...)
 	d.cmd.Env = append(os.Environ(), env...)
 	d.cmd.Stdout = d.stdout
 	pr, pw := io.Pipe()

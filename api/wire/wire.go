@@ -136,6 +136,11 @@ type TenantList struct {
 	Tenants []torpor.Tenant `json:"tenants"`
 }
 
+// PoolList is the body of GET /v1/pools.
+type PoolList struct {
+	Pools []torpor.PoolStatus `json:"pools"`
+}
+
 // TemplateList is the body of GET /v1/templates.
 type TemplateList struct {
 	Templates []torpor.Template `json:"templates"`
