@@ -29,7 +29,10 @@ import (
 // beats the environment, which beats the file, which beats the default.
 type Config struct {
 	DataDir string `toml:"data_dir"`
-	Listen  string `toml:"listen"`
+	// Store is where the daemon keeps its state: empty for the SQLite
+	// file in DataDir, or a PostgreSQL URL (docs/postgres.md).
+	Store  string `toml:"store"`
+	Listen string `toml:"listen"`
 	// ProxyListen is the port proxy's address ("" turns it off);
 	// ProxyDomain the domain of its host names.
 	ProxyListen string `toml:"proxy_listen"`
@@ -152,6 +155,7 @@ type setting struct {
 func (c *Config) settings() []setting {
 	return []setting{
 		{"data_dir", "directory for the database, templates, sandboxes and the admin key", &c.DataDir},
+		{"store", "where state is kept: empty for DATA_DIR/torpor.db (SQLite), or a postgres://USER@HOST/DB URL (docs/postgres.md)", &c.Store},
 		{"listen", "address of the HTTP API", &c.Listen},
 		{"proxy_listen", "address of the port proxy, which routes <port>-<id>.<proxy_domain> to a sandbox (empty: off)", &c.ProxyListen},
 		{"proxy_domain", "domain of the proxy's host names", &c.ProxyDomain},
@@ -357,6 +361,9 @@ func set(ptr any, v string) error {
 func (c Config) validate() error {
 	if c.DataDir == "" || !filepath.IsAbs(c.DataDir) {
 		return fmt.Errorf("data_dir must be an absolute path, got %q", c.DataDir)
+	}
+	if err := checkStore(c.Store); err != nil {
+		return err
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":

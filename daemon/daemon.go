@@ -29,7 +29,6 @@ import (
 	"github.com/torpor-dev/torpor/proxy"
 	"github.com/torpor-dev/torpor/rootfs"
 	"github.com/torpor-dev/torpor/runtime/runc"
-	"github.com/torpor-dev/torpor/store/sqlite"
 	"github.com/torpor-dev/torpor/template"
 	"github.com/torpor-dev/torpor/webhook"
 )
@@ -75,7 +74,7 @@ func Run(ctx context.Context, cfg Config, opt Options) error {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
-	st, err := sqlite.Open(ctx, filepath.Join(cfg.DataDir, "torpor.db"))
+	st, storeAt, err := openStore(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -200,7 +199,7 @@ func Run(ctx context.Context, cfg Config, opt Options) error {
 		defer prox.Close()
 		log.Info("proxy listening", "addr", proxyAddr, "domain", cfg.ProxyDomain, "tls", cfg.ProxyTLSCert != "")
 	}
-	log.Info("listening", "addr", ln.Addr().String(), "data_dir", cfg.DataDir, "runtime", rt.Kind())
+	log.Info("listening", "addr", ln.Addr().String(), "data_dir", cfg.DataDir, "store", storeAt, "runtime", rt.Kind())
 	printE2BEnv(opt.Stdout, cfg, ln.Addr().String(), proxyAddr)
 	if opt.OnListen != nil {
 		opt.OnListen(ln.Addr().String())

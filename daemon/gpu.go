@@ -8,7 +8,6 @@ import (
 	"github.com/torpor-dev/torpor/gpu"
 	"github.com/torpor-dev/torpor/gpu/sim"
 	"github.com/torpor-dev/torpor/lifecycle"
-	"github.com/torpor-dev/torpor/store/sqlite"
 )
 
 // simWorkerBaseMiB is what a simulated worker holds before it reserves
@@ -18,7 +17,7 @@ const simWorkerBaseMiB = 300
 // newGPU returns the node's GPU lease manager and how a booted GPU
 // sandbox's lease is placed, or nils when the node has no GPU host. The
 // engine that is given the manager attaches itself to it (gpu.Sink).
-func newGPU(cfg Config, st *sqlite.Store, getenv func(string) string, log *slog.Logger) (lifecycle.GPULeases, lifecycle.GPUAttacher, error) {
+func newGPU(cfg Config, st nodeStore, getenv func(string) string, log *slog.Logger) (lifecycle.GPULeases, lifecycle.GPUAttacher, error) {
 	if !cfg.GPUSim {
 		return nil, nil, nil
 	}

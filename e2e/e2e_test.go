@@ -87,7 +87,7 @@ func startDaemonArgs(t testing.TB, bin, dataDir string, args []string, env ...st
 	t.Helper()
 	d := &daemon{t: t, bin: bin, dataDir: dataDir, stdout: &bytes.Buffer{}, logs: &syncBuffer{}, exited: make(chan struct{})}
 	d.cmd = exec.Command(bin, append([]string{"serve", "--data-dir", dataDir, "--listen", "127.0.0.1:0", "--proxy-listen", "127.0.0.1:0", "--log-level", "debug"}, args...)...)
-	d.cmd.Env = append(os.Environ(), env...)
+	d.cmd.Env = append(append(os.Environ(), storeEnv(t, dataDir)...), env...)
 	d.cmd.Stdout = d.stdout
 	pr, pw := io.Pipe()
 	d.cmd.Stderr = io.MultiWriter(d.logs, pw)

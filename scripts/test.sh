@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Sets up and runs every test of torpor on Debian 12 as root: installs what
 # the tests need (runc, busybox-static, debootstrap, QEMU and a guest kernel,
-# Node.js with the official E2B SDKs, a Go toolchain when missing), then
-# runs go vet and the whole suite, so that nothing skips.
+# PostgreSQL 15, Node.js with the official E2B SDKs, a Go toolchain when
+# missing), then runs go vet and the whole suite, so that nothing skips.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 source "$ROOT/scripts/lib.sh"
@@ -11,7 +11,7 @@ cd "$ROOT"
 if [[ $(id -u) -ne 0 ]]; then
   echo "warning: not root: the runc and end-to-end tests will skip" >&2
 fi
-apt_install runc busybox-static ca-certificates debootstrap
+apt_install runc busybox-static ca-certificates debootstrap postgresql
 ensure_vm_support
 ensure_e2b_sdk
 ensure_go
@@ -33,6 +33,9 @@ go test -count=1 -race "${race[@]}"
 # Everything else, one package at a time (they start real sandboxes).
 rest=$(go list ./... | grep -v -x -F "$(go list "${race[@]}")")
 go test -count=1 -p 1 -timeout 20m $rest
+# The daemon's lifecycle, idle, hooks, ledger, webhook and E2B tests once
+# more, every daemon on the PostgreSQL store (docs/postgres.md).
+TORPOR_E2E_POSTGRES=1 go test -count=1 -p 1 -timeout 20m ./e2e -run 'TestPostgresMode|TestTour|TestDaemonRestartAdoptsSandboxes|TestIdleCycle|TestAutoResumeOffAndPatch|TestHooksInARealSandbox|TestUsage|TestWebhooks|TestE2BSDK'
 # Fuzzing budgets are counts of inputs, not durations: a -fuzztime
 # duration races Go 1.26's fuzz coordinator at its deadline and can fail
 # with "context deadline exceeded" and no crasher (golang/go#75804, fixed

@@ -19,7 +19,8 @@ func (c *cli) serveCmd() *cobra.Command {
 		Use:   "serve",
 		Short: "Run the torpor daemon",
 		Long: `Run the torpor daemon with its embedded defaults: state in a SQLite file
-under the data directory, the API on ` + daemon.DefaultListen + `, the runc runtime.
+under the data directory (or in PostgreSQL with --store postgres://...,
+docs/postgres.md), the API on ` + daemon.DefaultListen + `, the runc runtime.
 Every setting can come from a flag, a TORPOR_* environment variable
 (e.g. TORPOR_LISTEN) or a TOML config file (--config, $TORPOR_CONFIG, or
 DATA_DIR/torpor.toml), in that order of precedence.`,
