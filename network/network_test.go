@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
@@ -478,4 +479,57 @@ func endpointOf(t *testing.T, n *Network, ep Endpoint) (string, netip.Addr) {
 		}
 	})
 	return ep.NetNS, addr
+}
+
+// TestSetsFollowAttachments: the nftables sets hold a sandbox's port and
+// (with internet) its address while it is attached, and nothing of it
+// once detached; an attachment left by a crash (attached again without
+// a detach) loses the internet it no longer asks for.
+func TestSetsFollowAttachments(t *testing.T) {
+	n, _ := testNetwork(t)
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "netns")
+	t.Cleanup(func() { n.Release(ctx, path) })
+	sets := func() (ports, internet int) {
+		t.Helper()
+		c, err := nftables.New()
+		if err != nil {
+			t.Fatal(err)
+		}
+		inetSet, portSet := n.sets()
+		p, err := c.GetSetElements(portSet)
+		if err != nil {
+			t.Fatal(err)
+		}
+		i, err := c.GetSetElements(inetSet)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(p), len(i)
+	}
+	check := func(when string, wantPorts, wantInternet int) {
+		t.Helper()
+		if p, i := sets(); p != wantPorts || i != wantInternet {
+			t.Fatalf("%s: %d port and %d internet elements, want %d and %d", when, p, i, wantPorts, wantInternet)
+		}
+	}
+	if _, err := n.Attach(ctx, Endpoint{NetNS: path, Internet: true}); err != nil {
+		t.Fatal(err)
+	}
+	check("attached with internet", 1, 1)
+	if _, err := n.Attach(ctx, Endpoint{NetNS: path}); err != nil {
+		t.Fatal(err)
+	}
+	check("attached again without internet, no detach between", 1, 0)
+	if err := n.Detach(ctx, path); err != nil {
+		t.Fatal(err)
+	}
+	check("detached", 0, 0)
+	if err := n.Detach(ctx, path); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Attach(ctx, Endpoint{NetNS: path, Internet: true}); err != nil {
+		t.Fatal(err)
+	}
+	check("attached again with internet", 1, 1)
 }

@@ -1,6 +1,7 @@
 package network
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -184,7 +185,9 @@ func (n *Network) writeRules(leases []lease) error {
 }
 
 // allow adds a plugged sandbox to the sets: its port and address, and
-// its address to the internet set when it may go out.
+// its address to the internet set when it may go out. Only additions: the
+// detach that comes before every plug (Attach) took out whatever elements
+// of the address were left, under the lock that the caller holds again.
 func (n *Network) allow(link string, addr netip.Addr, internet bool) error {
 	c, err := nftables.New()
 	if err != nil {
@@ -194,17 +197,10 @@ func (n *Network) allow(link string, addr netip.Addr, internet bool) error {
 	if err := c.SetAddElements(ports, []nftables.SetElement{portElem(link, addr)}); err != nil {
 		return fmt.Errorf("network: nftables: %w", err)
 	}
-	el := []nftables.SetElement{{Key: addr.AsSlice()}}
 	if internet {
-		err = c.SetAddElements(inetSet, el)
-	} else {
-		// Add, then delete: the delete cannot fail for a missing element.
-		if err = c.SetAddElements(inetSet, el); err == nil {
-			err = c.SetDeleteElements(inetSet, el)
+		if err := c.SetAddElements(inetSet, []nftables.SetElement{{Key: addr.AsSlice()}}); err != nil {
+			return fmt.Errorf("network: nftables: %w", err)
 		}
-	}
-	if err != nil {
-		return fmt.Errorf("network: nftables: %w", err)
 	}
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("network: allow %s: %w", addr, err)
@@ -212,28 +208,56 @@ func (n *Network) allow(link string, addr netip.Addr, internet bool) error {
 	return nil
 }
 
-// disallow removes an unplugged sandbox from the sets.
+// disallow removes an unplugged sandbox from the sets (the caller holds
+// the lock). It deletes only the elements that are there: a commit that
+// deletes one waits for the kernel's RCU grace period (15 ms on a busy
+// host, three times an addition), and the address of a new sandbox, or of
+// one stopped cleanly, has none. Under the lock, only this endpoint's
+// Attach adds them, so what the sets hold stays as read until the delete.
 func (n *Network) disallow(link string, addr netip.Addr) error {
 	c, err := nftables.New()
 	if err != nil {
 		return fmt.Errorf("network: nftables: %w", err)
 	}
 	inetSet, ports := n.sets()
+	deletes := 0
 	for _, s := range []struct {
 		set *nftables.Set
 		el  nftables.SetElement
 	}{{ports, portElem(link, addr)}, {inetSet, nftables.SetElement{Key: addr.AsSlice()}}} {
-		if err := c.SetAddElements(s.set, []nftables.SetElement{s.el}); err != nil {
+		have, err := hasElement(c, s.set, s.el.Key)
+		if err != nil {
 			return fmt.Errorf("network: nftables: %w", err)
+		}
+		if !have {
+			continue
 		}
 		if err := c.SetDeleteElements(s.set, []nftables.SetElement{s.el}); err != nil {
 			return fmt.Errorf("network: nftables: %w", err)
 		}
+		deletes++
+	}
+	if deletes == 0 {
+		return nil
 	}
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("network: disallow %s: %w", addr, err)
 	}
 	return nil
+}
+
+// hasElement reports whether the set holds an element of key.
+func hasElement(c *nftables.Conn, set *nftables.Set, key []byte) (bool, error) {
+	elems, err := c.GetSetElements(set)
+	if err != nil {
+		return false, err
+	}
+	for _, e := range elems {
+		if bytes.Equal(e.Key, key) {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // deleteRules deletes both tables; missing ones are fine.
