@@ -37,12 +37,18 @@ func (r *Runtime) Boot(ctx context.Context, spec torpor.BootSpec) (string, error
 	id := spec.SandboxID
 	defer r.locks.Lock(id)()
 
+	steps := newBootSteps()
+	ctx = withSteps(ctx, steps)
+	t := steps.start
 	if err := r.removeInstance(ctx, id); err != nil {
 		return "", fmt.Errorf("runc: boot %s: remove the previous instance: %w", id, err)
 	}
+	t = steps.since("remove", t)
 	in, err := r.start(ctx, spec)
 	if err == nil {
+		t = time.Now()
 		err = r.awaitReady(ctx, id, in)
+		steps.since("ready", t)
 	}
 	var te *torpor.Error
 	if err != nil && !errors.As(err, &te) {
@@ -58,6 +64,9 @@ func (r *Runtime) Boot(ctx context.Context, spec torpor.BootSpec) (string, error
 	if err != nil {
 		return "", err
 	}
+	steps.log(ctx, r.log, id)
+	// The next boot of a disk of this size finds one ready.
+	r.fillSpare(spec.Resources.DiskMiB)
 	return in.handle(id), nil
 }
 
@@ -73,6 +82,7 @@ func validateBoot(spec torpor.BootSpec) error {
 // its network and runs the container detached.
 func (r *Runtime) start(ctx context.Context, spec torpor.BootSpec) (instance, error) {
 	id := spec.SandboxID
+	steps := stepsOf(ctx)
 	if err := os.MkdirAll(r.sandboxDir(id), 0o755); err != nil {
 		return instance{}, err
 	}
@@ -83,7 +93,9 @@ func (r *Runtime) start(ctx context.Context, spec torpor.BootSpec) (instance, er
 	if r.net != nil {
 		netns = r.netnsPath(id)
 		go func() {
+			t := time.Now()
 			_, err := r.net.Attach(ctx, network.Endpoint{NetNS: netns, Internet: spec.AllowInternet})
+			steps.since("network", t)
 			attached <- err
 		}()
 	} else {
@@ -96,6 +108,7 @@ func (r *Runtime) start(ctx context.Context, spec torpor.BootSpec) (instance, er
 	if err != nil {
 		return instance{}, err
 	}
+	t := time.Now()
 	if spec.AllowInternet && r.resolvConf != "" {
 		if err := writeResolvConf(r.rootfsDir(id), r.resolvConf); err != nil {
 			// The sandbox still runs, with its template's resolver settings.
@@ -120,6 +133,7 @@ func (r *Runtime) start(ctx context.Context, spec torpor.BootSpec) (instance, er
 	}
 	_ = os.Remove(r.pidFile(id))
 	_ = os.Remove(r.runcLog(id))
+	t = steps.since("config", t)
 
 	// The container's init inherits runc's stdio: /dev/null (exec's
 	// default), never the daemon's own streams or a pipe that `runc run -d`
@@ -129,6 +143,7 @@ func (r *Runtime) start(ctx context.Context, spec torpor.BootSpec) (instance, er
 	if err := cmd.Run(); err != nil {
 		return instance{}, fmt.Errorf("runc run: %w: %s", err, instances.ReadTail(r.runcLog(id), 2048))
 	}
+	t = steps.since("runc_run", t)
 	pid, err := instances.ReadPidFile(r.pidFile(id))
 	if err != nil {
 		return instance{}, fmt.Errorf("runc run: %w", err)
@@ -141,6 +156,7 @@ func (r *Runtime) start(ctx context.Context, spec torpor.BootSpec) (instance, er
 	if err := r.saveInstance(id, in); err != nil {
 		return instance{}, err
 	}
+	steps.since("record", t)
 	return in, nil
 }
 
@@ -153,6 +169,7 @@ func (r *Runtime) mountRoot(ctx context.Context, spec torpor.BootSpec) error {
 	if err != nil {
 		return err
 	}
+	t := time.Now()
 	if err := os.MkdirAll(r.rootfsDir(id), 0o755); err != nil {
 		return err
 	}
@@ -163,7 +180,9 @@ func (r *Runtime) mountRoot(ctx context.Context, spec torpor.BootSpec) error {
 	if err := os.Mkdir(r.runDir(id), 0o755); err != nil {
 		return err
 	}
-	return mountLayers(spec.Template.LowerDirs(), upper, work, r.rootfsDir(id), filepath.Join(r.dir, "l"))
+	err = mountLayers(spec.Template.LowerDirs(), upper, work, r.rootfsDir(id), filepath.Join(r.dir, "l"))
+	stepsOf(ctx).since("overlay", t)
+	return err
 }
 
 // writeResolvConf writes text to /etc/resolv.conf on the sandbox's disk,

@@ -114,6 +114,8 @@ type Runtime struct {
 	mkfs string
 	// blanks serialises making each blank disk image.
 	blanks keyedmutex.Mutex
+	// spares are disks made ahead of the boots that take them (spare.go).
+	spares spareSet
 }
 
 var _ torpor.Runtime = (*Runtime)(nil)
@@ -190,6 +192,7 @@ func New(cfg Config) (*Runtime, error) {
 		r.log.Warn("runc: sandboxes' disk_mib is not enforced: their disks are directories on the host's file system", "why", noDisks)
 	} else {
 		r.mkfs = mkfs
+		removeStaleSpares(filepath.Join(dir, "disks"))
 	}
 	r.code = instances.CodeServer{Who: Kind, CheckRef: checkRef, Conn: r.codeConn, Runtime: r}
 	r.ProcessClient = initproc.ProcessClient{Send: r.code.Send, Who: Kind}
