@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -10,7 +9,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -56,89 +54,78 @@ func needsB(b *testing.B) {
 	}
 }
 
-// BenchmarkCreate: create-to-running of a base sandbox through the API vs.
-// `runc run -d` of an equivalent bundle (overlay over the same rootfs).
+// BenchmarkCreate: create-to-running of a base sandbox through the API,
+// on a daemon with the sandbox network and on one without, against `runc
+// run -d` of the bundle torpor writes, with the same network made by ip
+// and nft commands and without one (create_baseline_test.go). The four
+// take turns, iteration by iteration, so that the load of a noisy machine
+// falls on all alike; each reports its p50 and p99, and the ratios are
+// torpor's over its baseline's. The daemons' debug lines break torpor's
+// creates down by step (logged; BENCHMARKS.md, "Create breakdown").
 func BenchmarkCreate(b *testing.B) {
-	b.Run("torpor", func(b *testing.B) {
-		_, cl := benchDaemon(b)
-		ctx := context.Background()
-		var lat latencies
-		for i := 0; i < b.N; i++ {
+	needsB(b)
+	for _, tool := range []string{"ip", "nft"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			b.Skipf("needs %s for the network baseline (apt-get install iproute2 nftables)", tool)
+		}
+	}
+	netd := startDaemon(b, torporBin(b), b.TempDir())
+	plainDir := b.TempDir()
+	if err := os.WriteFile(filepath.Join(plainDir, "torpor.toml"), []byte("network_bridge = \"\"\n"), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	plaind := startDaemon(b, torporBin(b), plainDir)
+	rb := newRuncBaseline(b, plaind)
+	rb.withNetwork()
+	ctx := context.Background()
+	type variant struct {
+		name string
+		run  func() time.Duration
+		lat  latencies
+	}
+	create := func(d *daemon, ids map[string]bool) func() time.Duration {
+		cl := d.client(b)
+		return func() time.Duration {
 			start := time.Now()
 			sb, err := cl.Create(ctx, torpor.CreateRequest{Template: "base"})
-			lat = append(lat, time.Since(start))
+			took := time.Since(start)
 			if err != nil || sb.State != torpor.StateRunning {
 				b.Fatalf("create: %v %v", sb, err)
 			}
-			b.StopTimer()
+			ids[sb.ID] = true
 			if _, err := cl.Delete(ctx, sb.ID); err != nil {
 				b.Fatal(err)
 			}
-			b.StartTimer()
+			return took
 		}
-		lat.report(b, "")
-	})
-	b.Run("runc-run", func(b *testing.B) {
-		d, _ := benchDaemon(b)
-		rootfs := filepath.Join(d.dataDir, "templates", "base", "rootfs")
-		root := filepath.Join(b.TempDir(), "runc")
-		b.Cleanup(func() { // the cgroup parent that runc made for the bundles
-			dirs, _ := filepath.Glob("/sys/fs/cgroup/*/torporbench")
-			for _, d := range append(dirs, "/sys/fs/cgroup/torporbench") {
-				_ = syscall.Rmdir(d)
-			}
-		})
-		var lat latencies
-		for i := 0; i < b.N; i++ {
-			b.StopTimer()
-			bundle := filepath.Join(b.TempDir(), "bundle")
-			id := fmt.Sprintf("benchbase%d", i)
-			b.StartTimer()
-			start := time.Now()
-			mustRun(b, "mkdir", "-p", bundle+"/upper", bundle+"/work", bundle+"/rootfs")
-			if err := syscall.Mount("overlay", bundle+"/rootfs", "overlay", 0,
-				"lowerdir="+rootfs+",upperdir="+bundle+"/upper,workdir="+bundle+"/work"); err != nil {
-				b.Fatal(err)
-			}
-			writeBundle(b, bundle, id)
-			// Output to /dev/null: the container would hold a pipe open.
-			if err := exec.Command("runc", "--root", root, "run", "-d", "-b", bundle, id).Run(); err != nil {
-				b.Fatalf("runc run: %v", err)
-			}
-			lat = append(lat, time.Since(start))
-			b.StopTimer()
-			exec.Command("runc", "--root", root, "delete", "-f", id).Run()
-			syscall.Unmount(bundle+"/rootfs", syscall.MNT_DETACH)
-			b.StartTimer()
+	}
+	netIDs, plainIDs := map[string]bool{}, map[string]bool{}
+	vs := []*variant{
+		{name: "torpor-net-", run: create(netd, netIDs)},
+		{name: "runc-net-", run: func() time.Duration { return rb.run(true) }},
+		{name: "torpor-", run: create(plaind, plainIDs)},
+		{name: "runc-", run: func() time.Duration { return rb.run(false) }},
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for j := range vs {
+			v := vs[(i+j)%len(vs)]
+			v.lat = append(v.lat, v.run())
 		}
-		lat.report(b, "")
-	})
-}
-
-func mustRun(b *testing.B, name string, args ...string) {
-	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
-		b.Fatalf("%s: %v %s", name, err, out)
 	}
-}
-
-// writeBundle writes a `runc spec` config that runs a sleeping process
-// under a cgroup path of its own.
-func writeBundle(b *testing.B, bundle, id string) {
-	cmd := exec.Command("runc", "spec", "-b", bundle)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		b.Fatalf("runc spec: %v %s", err, out)
+	b.StopTimer()
+	for _, v := range vs {
+		v.lat.report(b, v.name)
 	}
-	path := filepath.Join(bundle, "config.json")
-	data, _ := os.ReadFile(path)
-	var spec map[string]any
-	json.Unmarshal(data, &spec)
-	proc := spec["process"].(map[string]any)
-	proc["terminal"] = false
-	proc["args"] = []string{"sleep", "1000000"}
-	spec["root"] = map[string]any{"path": "rootfs", "readonly": false}
-	spec["linux"].(map[string]any)["cgroupsPath"] = "/torporbench/" + id
-	data, _ = json.Marshal(spec)
-	os.WriteFile(path, data, 0o644)
+	ratio := func(a, base latencies, p float64) float64 { return a.pct(p) / base.pct(p) }
+	b.ReportMetric(ratio(vs[0].lat, vs[1].lat, 0.5), "net-p50-x")
+	b.ReportMetric(ratio(vs[0].lat, vs[1].lat, 0.99), "net-p99-x")
+	b.ReportMetric(ratio(vs[2].lat, vs[3].lat, 0.5), "nonet-p50-x")
+	b.ReportMetric(ratio(vs[2].lat, vs[3].lat, 0.99), "nonet-p99-x")
+	if b.N >= 10 {
+		printBreakdown("torpor with the sandbox network", createSteps(netd.logs.String(), netIDs))
+		printBreakdown("torpor without a network", createSteps(plaind.logs.String(), plainIDs))
+	}
 }
 
 // freezerState finds a sandbox's freezer state file (cgroup v1) or
