@@ -166,6 +166,10 @@ func TestPostgresRestartUnderDaemon(t *testing.T) {
 	id := strings.TrimSpace(d.ok("create"))
 	read := counter(t, d, id)
 	n0, pid := read()
+	// A sandbox whose idle pause falls due while the database is down:
+	// the idle engine's pause fails then, and must catch up once the
+	// database is back.
+	idler := strings.TrimSpace(d.ok("create", "--pause-after", "1", "--auto-resume=false"))
 
 	if err := srv.Stop(); err != nil {
 		t.Fatal(err)
@@ -208,6 +212,7 @@ func TestPostgresRestartUnderDaemon(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	d.waitState(id, torpor.StatePaused)
+	d.waitState(idler, torpor.StatePaused)
 	d.ok("start", id)
 	d.waitState(id, torpor.StateRunning)
 	n1, pid2 := read2(t, d, id)
@@ -220,8 +225,11 @@ func TestPostgresRestartUnderDaemon(t *testing.T) {
 		t.Errorf("the counter went from %d to %d over a %s outage; it stopped while the database was down", n0, n1, downFor)
 	}
 	cl := d.client(t)
-	if sbs, err := cl.List(context.Background(), client.ListOptions{}); err != nil || len(sbs) != 1 {
-		t.Errorf("after the refused create the daemon lists %d sandboxes (%v), want 1", len(sbs), err)
+	if sbs, err := cl.List(context.Background(), client.ListOptions{}); err != nil || len(sbs) != 2 {
+		t.Errorf("after the refused create the daemon lists %d sandboxes (%v), want 2", len(sbs), err)
+	}
+	if _, err := cl.Delete(context.Background(), idler); err != nil {
+		t.Fatal(err)
 	}
 	if _, err := cl.Delete(context.Background(), id); err != nil {
 		t.Fatal(err)
