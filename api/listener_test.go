@@ -32,6 +32,7 @@ import (
 	"github.com/torpor-dev/torpor/runtime/fake"
 	"github.com/torpor-dev/torpor/store/sqlite"
 	"github.com/torpor-dev/torpor/template"
+	"github.com/torpor-dev/torpor/ui"
 )
 
 // The tenants of a listener: A owns the objects, B is the other tenant,
@@ -61,6 +62,10 @@ type listener struct {
 	rows   []string
 	rowsAt int64
 	close  func()
+	// sessions are the dashboard sessions signed in on this listener,
+	// by the key that opened each (signIn): do sends a key found here as
+	// the session's cookie and CSRF token instead.
+	sessions map[string]uiSession
 }
 
 // principals are the keys of a listener, made once so that two
@@ -182,7 +187,7 @@ func newListener(t testing.TB, dir string, p *principals) *listener {
 		t.Fatal(err)
 	}
 	srv := api.New(api.Config{Engine: l.eng, Auth: st, Templates: st, TemplateManager: tm, Clock: l.clock,
-		Webhooks: st, WebhookGuard: webhookGuard, MaxUploadBytes: 1 << 20})
+		Webhooks: st, WebhookGuard: webhookGuard, MaxUploadBytes: 1 << 20, UI: ui.Handler()})
 	srv.SetReady()
 	e2bAPI := e2b.New(e2b.Config{Engine: l.eng, Auth: st, TemplateStore: st, Domain: "sb.example.test"})
 	mux := http.NewServeMux()
@@ -214,10 +219,14 @@ func (nothingBuilder) Build(ctx context.Context, req torpor.TemplateBuildRequest
 	return os.WriteFile(filepath.Join(dir, "bin/sh"), []byte("#!"), 0o755)
 }
 
-// do serves one request on the listener with key (none when empty).
+// do serves one request on the listener with key (none when empty), or
+// with the session key opened (signIn).
 func (l *listener) do(key, method, target, ctype string, body []byte) *httptest.ResponseRecorder {
 	req := httptest.NewRequest(method, target, bytes.NewReader(body))
-	if key != "" {
+	if sess, ok := l.sessions[key]; ok {
+		req.AddCookie(&http.Cookie{Name: api.SessionCookie, Value: sess.cookie})
+		req.Header.Set(api.CSRFHeader, sess.csrf)
+	} else if key != "" {
 		req.Header.Set("Authorization", "Bearer "+key)
 	}
 	if ctype != "" {

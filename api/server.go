@@ -46,6 +46,11 @@ type Config struct {
 	// RateLimit limits the requests of each tenant key (admin keys are
 	// exempt); nil: no limit. The daemon shares one with the E2B API.
 	RateLimit *ratelimit.Limiter
+	// UI serves the dashboard's pages at GET /ui and /ui/ (package ui);
+	// with it come the session routes (/ui/session) and the session
+	// cookie as a way to authenticate (session.go). nil turns all three
+	// off.
+	UI http.Handler
 }
 
 // Server serves the native API.
@@ -69,7 +74,10 @@ type Server struct {
 	maxUpload int64
 	// limiter limits each tenant key's requests (nil: none).
 	limiter *ratelimit.Limiter
-	ready   atomic.Bool
+	// sessions are the dashboard's sessions (nil: no dashboard, and no
+	// cookie is accepted).
+	sessions *sessions
+	ready    atomic.Bool
 }
 
 // principal is who made a request.
@@ -78,6 +86,10 @@ type principal struct {
 	admin  bool
 	tier   string
 	keyID  string
+	// session is the context of the dashboard session that
+	// authenticated the request (nil for a key): it ends when the
+	// session does.
+	session context.Context
 }
 
 type handler func(w http.ResponseWriter, r *http.Request, p principal) error
@@ -97,6 +109,10 @@ func Routes() []string {
 	for _, rt := range s.routes() {
 		out = append(out, rt.method+" "+rt.path)
 	}
+	for _, rt := range s.sessionRoutes() {
+		out = append(out, rt.method+" "+rt.path)
+	}
+	out = append(out, uiRoutes...)
 	return append(out, "GET /healthz", "GET /metrics")
 }
 
@@ -181,6 +197,16 @@ func New(cfg Config) *Server {
 	if cfg.Metrics != nil {
 		s.mux.Handle("GET /metrics", cfg.Metrics)
 	}
+	if cfg.UI != nil {
+		s.sessions = newSessions(s.clock)
+		for _, rt := range s.sessionRoutes() {
+			pattern := rt.method + " " + rt.path
+			s.mux.Handle(pattern, s.observe(pattern, rt.h))
+		}
+		for _, pattern := range uiRoutes {
+			s.mux.Handle(pattern, cfg.UI)
+		}
+	}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, torpor.Errorf(torpor.ENotFound, "no endpoint %s %s", r.Method, r.URL.Path))
 	})
@@ -201,11 +227,18 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // wrap authenticates, checks readiness and admin rights, and turns a
 // handler's error into the error response.
 func (s *Server) wrap(rt route) http.Handler {
-	pattern := rt.method + " " + rt.path
+	return s.observe(rt.method+" "+rt.path, func(w http.ResponseWriter, r *http.Request) error {
+		return s.serve(w, r, rt)
+	})
+}
+
+// observe serves h as the route pattern: it writes h's error in the error
+// shape, logs the request and tells the metrics.
+func (s *Server) observe(pattern string, h func(w http.ResponseWriter, r *http.Request) error) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
-		err := s.serve(rec, r, rt)
+		err := h(rec, r)
 		if err != nil {
 			s.writeError(rec, r, err)
 		}
@@ -250,16 +283,40 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, rt route) error {
 	if rt.admin && !p.admin {
 		return torpor.Errorf(torpor.EForbidden, "this needs an admin key")
 	}
+	if p.session != nil {
+		// What a session reads is its tenant's: no cache keeps it (a
+		// stream or a handler may say otherwise).
+		w.Header().Set("Cache-Control", "private, no-store")
+		// A request of a session ends when the session does (an
+		// event stream at sign-out), as if its client went away.
+		ctx, cancel := context.WithCancel(r.Context())
+		defer cancel()
+		defer context.AfterFunc(p.session, cancel)()
+		r = r.WithContext(ctx)
+	}
 	return rt.h(w, r, p)
 }
 
+// authenticate finds who sent a request: the bearer key of its
+// Authorization header or, when it has none and the dashboard is on, the
+// session its cookie names (session.go).
 func (s *Server) authenticate(ctx context.Context, r *http.Request) (principal, error) {
 	const prefix = "Bearer "
 	h := r.Header.Get("Authorization")
+	if h == "" && s.sessions != nil {
+		if _, err := r.Cookie(SessionCookie); err == nil {
+			return s.cookiePrincipal(r)
+		}
+	}
 	if len(h) <= len(prefix) || h[:len(prefix)] != prefix {
 		return principal{}, torpor.Errorf(torpor.EUnauthenticated, "send an API key as 'Authorization: Bearer KEY'")
 	}
-	k, err := s.auth.APIKeyByHash(ctx, torpor.HashKey(h[len(prefix):]))
+	return s.keyPrincipal(ctx, h[len(prefix):])
+}
+
+// keyPrincipal is the principal of an API key's secret.
+func (s *Server) keyPrincipal(ctx context.Context, secret string) (principal, error) {
+	k, err := s.auth.APIKeyByHash(ctx, torpor.HashKey(secret))
 	if err != nil {
 		if torpor.IsCode(err, torpor.ENotFound) {
 			return principal{}, torpor.Errorf(torpor.EUnauthenticated, "unknown API key")

@@ -45,6 +45,7 @@ var validRequests = map[string]routeRequest{
 	"GET /v1/sandboxes/{id}/files/tar":               {query: "path=/root"},
 	"PUT /v1/sandboxes/{id}/files/tar":               {query: "path=/root", ctype: "application/x-tar", body: tarOf("x.txt", "x")},
 	"POST /v1/webhooks":                              {ctype: jsonType, body: `{"url":"https://hooks.example.com/b"}`},
+	"POST /ui/session":                               {ctype: jsonType, body: `{"key":"tpk_not-a-key"}`},
 	// E2B's control plane.
 	"POST /sandboxes":                 {ctype: jsonType, body: `{"templateID":"base"}`},
 	"POST /v2/sandboxes":              {ctype: jsonType, body: `{"templateID":"base"}`},
@@ -79,6 +80,11 @@ var notTenantScoped = map[string]string{
 	"DELETE /v1/templates/{name}": "admin only: a tenant key is refused with 403 before anything is read",
 	"PUT /v1/pools/{template}":    "admin only: a tenant key is refused with 403 before anything is read",
 	"GET /v1/pools":               "the node's warm pools: sizes and counts of templates, aggregate like /metrics, with no sandbox ids",
+	"POST /ui/session":            "signs in with the key in its body (none valid here): the answer is about that key only",
+	"GET /ui/session":             "describes the session of the caller's own cookie (none here), never a tenant's objects",
+	"DELETE /ui/session":          "ends the session of the caller's own cookie (none here), never a tenant's objects",
+	"GET /ui":                     "redirects to the dashboard's page: the same answer for everyone",
+	"GET /ui/":                    "the dashboard's static files: the same for everyone",
 }
 
 // placeholders say what fills each path parameter, by the segment before
@@ -153,7 +159,17 @@ func TestValidRequestsNameServedRoutes(t *testing.T) {
 // with A's own key on A's objects (made again after a request that
 // changed them), which must answer 2xx, so that the matrix proves the
 // tenancy is what refused B.
-func TestEveryRouteRefusesAnotherTenant(t *testing.T) {
+func TestEveryRouteRefusesAnotherTenant(t *testing.T) { everyRouteRefusesAnotherTenant(t, false) }
+
+// TestEveryRouteRefusesAnotherTenantByCookie is the same matrix on the
+// native routes (/v1), with B and A authenticated by their dashboard
+// sessions (the cookie and its CSRF token) instead of their keys: a
+// session stands for its key, no more.
+func TestEveryRouteRefusesAnotherTenantByCookie(t *testing.T) {
+	everyRouteRefusesAnotherTenant(t, true)
+}
+
+func everyRouteRefusesAnotherTenant(t *testing.T, byCookie bool) {
 	keys := newPrincipals()
 	t.Cleanup(keys.remove)
 	withA := newListener(t, t.TempDir(), keys)
@@ -171,6 +187,16 @@ func TestEveryRouteRefusesAnotherTenant(t *testing.T) {
 		id   string
 	}{{"running", a.running.ID}, {"paused", a.paused.ID}, {"terminated", a.gone.ID}}
 	routes := routeList()
+	if byCookie {
+		// E2B's API takes no cookie, and the session routes are the
+		// session's own business (TestSession*).
+		routes = slices.DeleteFunc(routes, func(rt string) bool {
+			_, pattern := splitRoute(rt)
+			return !strings.HasPrefix(pattern, "/v1/")
+		})
+		withA.signIn(t, keys.b)
+		withoutA.signIn(t, keys.b)
+	}
 	sent := 0
 	for _, rt := range routes {
 		method, pattern := splitRoute(rt)
@@ -235,6 +261,9 @@ func TestEveryRouteRefusesAnotherTenant(t *testing.T) {
 	controls := 0
 	l := newListener(t, t.TempDir(), keys)
 	t.Cleanup(l.close)
+	if byCookie {
+		l.signIn(t, keys.a)
+	}
 	var own objectsA
 	var pristine []string
 	for _, rt := range routes {
