@@ -104,6 +104,9 @@ type Config struct {
 	VMAgent      string `toml:"vm_agent"`
 	VMKernelDir  string `toml:"vm_kernel_dir"`
 	VMLazyMemory bool   `toml:"vm_lazy_memory"`
+	// UI serves the web dashboard at /ui/ on the API's address, with its
+	// session routes and cookie authentication (docs/dashboard.md).
+	UI bool `toml:"ui"`
 	// WarmPools are the warm pools a start begins with (docs/pools.md), as
 	// TEMPLATE=N or TEMPLATE=N:internet: a TOML array of them (or one
 	// comma-separated string), TORPOR_WARM_POOLS (comma-separated), or
@@ -201,6 +204,7 @@ func (c *Config) settings() []setting {
 		{"vm_agent", "the microVM guest agent (default: where scripts/install.sh puts it)", &c.VMAgent},
 		{"vm_kernel_dir", "the microVM guest kernel directory (default: where scripts/install.sh puts it)", &c.VMKernelDir},
 		{"vm_lazy_memory", "back VM memory with a file, so a snapshot pause writes only device state", &c.VMLazyMemory},
+		{"ui", "serve the web dashboard at /ui/ on the API's address (--no-ui or ui = false: off)", &c.UI},
 	}
 }
 
@@ -255,6 +259,7 @@ func DefaultConfig() Config {
 		SettleSeconds:           3600,
 		VMAccel:                 "auto",
 		E2BTemplates:            e2btemplates.DefaultAliases,
+		UI:                      true,
 	}
 }
 
@@ -262,6 +267,7 @@ func DefaultConfig() Config {
 func AddFlags(fs *pflag.FlagSet) {
 	def := DefaultConfig()
 	fs.String("config", "", "TOML config file (default: $TORPOR_CONFIG, else DATA_DIR/torpor.toml when it exists)")
+	fs.Bool(noUIFlag, false, "turn the web dashboard off (the same as --ui=false)")
 	fs.StringArray(warmPoolFlag, nil, "keep N sandboxes of TEMPLATE booted and frozen for fast creates, as TEMPLATE=N (TEMPLATE=N:internet: with the internet); repeat for more templates (docs/pools.md)")
 	for _, s := range def.settings() {
 		name := strings.ReplaceAll(s.key, "_", "-")
@@ -323,6 +329,9 @@ func LoadConfig(fs *pflag.FlagSet, getenv func(string) string) (Config, error) {
 			}
 		}
 	}
+	if f := fs.Lookup(noUIFlag); f != nil && f.Changed && f.Value.String() == "true" {
+		c.UI = false
+	}
 	if v := getenv(EnvName("warm_pools")); v != "" {
 		c.addWarmPools(v)
 	}
@@ -331,6 +340,10 @@ func LoadConfig(fs *pflag.FlagSet, getenv func(string) string) (Config, error) {
 	}
 	return c, c.validate()
 }
+
+// noUIFlag turns the dashboard off, as --ui=false does, in the words a
+// reader looks for.
+const noUIFlag = "no-ui"
 
 func set(ptr any, v string) error {
 	switch p := ptr.(type) {

@@ -18,8 +18,9 @@ func TestConfigLayers(t *testing.T) {
 	}
 	dnsFile := filepath.Join(dir, "dns.toml")
 	dnsString := filepath.Join(dir, "dns-string.toml")
+	uiOff := filepath.Join(dir, "ui-off.toml")
 	pools := filepath.Join(dir, "pools.toml")
-	for f, body := range map[string]string{dnsFile: "network_dns = [\"192.0.2.1\", \"192.0.2.2\"]\n", dnsString: "network_dns = \"192.0.2.3\"\n",
+	for f, body := range map[string]string{dnsFile: "network_dns = [\"192.0.2.1\", \"192.0.2.2\"]\n", dnsString: "network_dns = \"192.0.2.3\"\n", uiOff: "ui = false\n",
 		pools: "warm_pools = [\"base=4\", \"python=2:internet\"]\n"} {
 		if err := os.WriteFile(f, []byte(body), 0o600); err != nil {
 			t.Fatal(err)
@@ -62,6 +63,12 @@ func TestConfigLayers(t *testing.T) {
 				p, err := c.warmPools()
 				return err == nil && fmt.Sprint(p) == "[{base 1 false} {python 3 false} {go 1 true} {rust 0 false}]"
 			}},
+		{"the dashboard on by default", nil, nil, func(c Config) bool { return c.UI }},
+		{"--no-ui", nil, []string{"--no-ui"}, func(c Config) bool { return !c.UI }},
+		{"--no-ui beats --ui", map[string]string{"TORPOR_UI": "true"}, []string{"--ui", "--no-ui"}, func(c Config) bool { return !c.UI }},
+		{"--ui=false", nil, []string{"--ui=false"}, func(c Config) bool { return !c.UI }},
+		{"ui = false in the file", nil, []string{"--config", uiOff}, func(c Config) bool { return !c.UI }},
+		{"TORPOR_UI=false", map[string]string{"TORPOR_UI": "false"}, nil, func(c Config) bool { return !c.UI }},
 		{"webhook ranges from the environment", map[string]string{"TORPOR_WEBHOOK_ALLOW_CIDRS": "10.1.2.3/16, fd00::/8"}, nil, func(c Config) bool {
 			p, err := c.webhookAllow()
 			return err == nil && fmt.Sprint(p) == "[10.1.0.0/16 fd00::/8]"

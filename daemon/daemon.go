@@ -30,6 +30,7 @@ import (
 	"github.com/torpor-dev/torpor/rootfs"
 	"github.com/torpor-dev/torpor/runtime/runc"
 	"github.com/torpor-dev/torpor/template"
+	"github.com/torpor-dev/torpor/ui"
 	"github.com/torpor-dev/torpor/webhook"
 )
 
@@ -166,13 +167,17 @@ func Run(ctx context.Context, cfg Config, opt Options) error {
 	deliveries := webhook.New(webhook.Config{Store: st, Changed: eng.EventsChanged, Logger: log, Guard: guard})
 	// One limiter for both APIs: a key's rate is one rate.
 	limiter := ratelimit.New(ratelimit.Config{PerSecond: cfg.RateLimitPerSecond, Burst: int(cfg.RateLimitBurst)})
-	srv := api.New(api.Config{Engine: eng, Auth: st, Templates: st, TemplateManager: tmpls, Logger: log, MaxUploadBytes: cfg.MaxUploadMiB << 20, Webhooks: st,
+	apiCfg := api.Config{Engine: eng, Auth: st, Templates: st, TemplateManager: tmpls, Logger: log, MaxUploadBytes: cfg.MaxUploadMiB << 20, Webhooks: st,
 		Metrics: mets.Handler(), Requests: mets, WebhookGuard: guard, RateLimit: limiter,
 		WebhooksChanged: func() {
 			if err := deliveries.Refresh(ctx); err != nil {
 				log.Error("refreshing webhooks", "err", err)
 			}
-		}})
+		}}
+	if cfg.UI {
+		apiCfg.UI = ui.Handler()
+	}
+	srv := api.New(apiCfg)
 	aliases, _ := e2btemplates.ParseAliases(cfg.E2BTemplates) // checked by LoadConfig
 	// A create waits for a template being built up to just under the
 	// SDKs' request timeout (60 s), then is told to retry.
@@ -200,6 +205,9 @@ func Run(ctx context.Context, cfg Config, opt Options) error {
 		log.Info("proxy listening", "addr", proxyAddr, "domain", cfg.ProxyDomain, "tls", cfg.ProxyTLSCert != "")
 	}
 	log.Info("listening", "addr", ln.Addr().String(), "data_dir", cfg.DataDir, "store", storeAt, "runtime", rt.Kind())
+	if cfg.UI {
+		log.Info("dashboard", "url", "http://"+ln.Addr().String()+"/ui/")
+	}
 	printE2BEnv(opt.Stdout, cfg, ln.Addr().String(), proxyAddr)
 	if opt.OnListen != nil {
 		opt.OnListen(ln.Addr().String())

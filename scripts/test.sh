@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Sets up and runs every test of torpor on Debian 12 as root: installs what
 # the tests need (runc, busybox-static, debootstrap, QEMU and a guest kernel,
-# PostgreSQL 15, Node.js with the official E2B SDKs, a Go toolchain when
-# missing), then runs go vet and the whole suite, so that nothing skips.
+# PostgreSQL 15, Chromium for the dashboard's browser tests, Node.js with
+# the official E2B SDKs, a Go toolchain when missing), then runs go vet and
+# the whole suite, so that nothing skips.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 source "$ROOT/scripts/lib.sh"
@@ -11,7 +12,7 @@ cd "$ROOT"
 if [[ $(id -u) -ne 0 ]]; then
   echo "warning: not root: the runc and end-to-end tests will skip" >&2
 fi
-apt_install runc busybox-static ca-certificates debootstrap postgresql
+apt_install runc busybox-static ca-certificates debootstrap chromium postgresql
 ensure_vm_support
 ensure_e2b_sdk
 ensure_go
