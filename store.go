@@ -36,6 +36,9 @@ type SandboxStore interface {
 // SandboxFilter selects sandboxes. Zero fields match everything.
 type SandboxFilter struct {
 	Tenant string
+	// ExceptTenant leaves out the sandboxes of this tenant (the engine's
+	// "every tenant" view hides PoolTenant's with it).
+	ExceptTenant string
 	// States keeps only these states. Empty: every state but terminated,
 	// unless IncludeTerminated.
 	States            []State
@@ -46,10 +49,13 @@ type SandboxFilter struct {
 
 // EventFilter selects events.
 type EventFilter struct {
-	After     int64
-	Tenant    string
-	SandboxID string
-	Limit     int
+	After  int64
+	Tenant string
+	// ExceptTenant leaves out the events of this tenant (the engine's
+	// "every tenant" view hides PoolTenant's with it).
+	ExceptTenant string
+	SandboxID    string
+	Limit        int
 }
 
 // AuthStore keeps tenants and API keys.

@@ -679,7 +679,13 @@ func (e *Engine) load(ctx context.Context, tenant, id string) (*torpor.Sandbox, 
 	return sb, nil
 }
 
-// List returns tenant's sandboxes that match f.
+// AllTenants, given as the tenant of List or Events, reads every tenant's
+// sandboxes or events but the warm pools' (torpor.PoolTenant), which no
+// caller sees. Only an admin may ask for it (the API checks).
+const AllTenants = "*"
+
+// List returns tenant's sandboxes that match f (tenant AllTenants: every
+// tenant's but the pools').
 func (e *Engine) List(ctx context.Context, tenant string, f torpor.SandboxFilter) ([]*torpor.Sandbox, error) {
 	for _, s := range f.States {
 		if !s.Valid() {
@@ -689,7 +695,10 @@ func (e *Engine) List(ctx context.Context, tenant string, f torpor.SandboxFilter
 	if err := torpor.ValidateMetadata("metadata", f.Metadata); err != nil {
 		return nil, err
 	}
-	f.Tenant = tenant
+	if tenant == "" {
+		return nil, nil
+	}
+	f.Tenant, f.ExceptTenant = tenantFilter(tenant)
 	sbs, err := e.store.ListSandboxes(ctx, f)
 	for i, sb := range sbs {
 		sbs[i] = e.view(sb)
@@ -697,8 +706,14 @@ func (e *Engine) List(ctx context.Context, tenant string, f torpor.SandboxFilter
 	return sbs, err
 }
 
-// Events returns tenant's events after a cursor.
+// Events returns tenant's events after a cursor (tenant AllTenants: every
+// tenant's but the pools').
 func (e *Engine) Events(ctx context.Context, tenant string, f torpor.EventFilter) ([]torpor.Event, error) {
+	if f.SandboxID != "" && tenant == AllTenants {
+		// A sandbox's events are read as its tenant, so that a pool
+		// member's stay hidden.
+		return nil, torpor.Invalid("tenant", "a sandbox's events are read as its tenant, not every tenant")
+	}
 	if f.SandboxID != "" {
 		if _, err := e.load(ctx, tenant, f.SandboxID); err != nil {
 			return nil, err
@@ -707,8 +722,23 @@ func (e *Engine) Events(ctx context.Context, tenant string, f torpor.EventFilter
 	if f.After < 0 {
 		return nil, torpor.Invalid("since", "cursor must not be negative")
 	}
-	f.Tenant = tenant
+	if tenant == "" {
+		return nil, nil
+	}
+	f.Tenant, f.ExceptTenant = tenantFilter(tenant)
 	return e.store.ListEvents(ctx, f)
+}
+
+// tenantFilter is the store's tenant condition for a reader's tenant:
+// that tenant's rows, or for AllTenants every tenant's but the pools'.
+// The store reads an empty tenant as every tenant, so List and Events
+// answer an empty one (no caller has it) with nothing before they get
+// here.
+func tenantFilter(tenant string) (only, except string) {
+	if tenant == AllTenants {
+		return "", torpor.PoolTenant
+	}
+	return tenant, ""
 }
 
 // Update changes a sandbox's metadata.

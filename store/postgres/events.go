@@ -98,6 +98,9 @@ func (q *logQuery) sql(limit int) string {
 // first, at most f.Limit of them when f.Limit is positive.
 func (s *Store) ListEvents(ctx context.Context, f torpor.EventFilter) ([]torpor.Event, error) {
 	q := afterCursor(f.After, f.Tenant, f.SandboxID)
+	if f.ExceptTenant != "" {
+		q.add("tenant <> ", f.ExceptTenant)
+	}
 	return query(ctx, s, "list events", scanEvent, `SELECT seq, type, sandbox_id, tenant, time, attrs FROM events WHERE `+q.sql(f.Limit), q.args...)
 }
 

@@ -169,6 +169,9 @@ func (s *Store) ListSandboxes(ctx context.Context, f torpor.SandboxFilter) ([]*t
 	if f.Tenant != "" {
 		where = append(where, "tenant = "+arg(f.Tenant))
 	}
+	if f.ExceptTenant != "" {
+		where = append(where, "tenant <> "+arg(f.ExceptTenant))
+	}
 	switch {
 	case len(f.States) > 0:
 		states := make([]string, len(f.States))

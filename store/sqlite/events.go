@@ -46,6 +46,10 @@ func encodeAttrs(attrs map[string]string) (sql.NullString, error) {
 // first, at most f.Limit of them when f.Limit is positive.
 func (s *Store) ListEvents(ctx context.Context, f torpor.EventFilter) ([]torpor.Event, error) {
 	where, args := afterCursor(f.After, f.Tenant, f.SandboxID)
+	if f.ExceptTenant != "" {
+		where = append(where, "tenant <> ?")
+		args = append(args, f.ExceptTenant)
+	}
 	limit := int64(-1) // SQLite: no limit
 	if f.Limit > 0 {
 		limit = int64(f.Limit)

@@ -181,6 +181,10 @@ func sandboxConditions(f torpor.SandboxFilter) (where []string, args []any) {
 		where = append(where, "tenant = ?")
 		args = append(args, f.Tenant)
 	}
+	if f.ExceptTenant != "" {
+		where = append(where, "tenant <> ?")
+		args = append(args, f.ExceptTenant)
+	}
 	switch {
 	case len(f.States) > 0:
 		marks := strings.TrimSuffix(strings.Repeat("?, ", len(f.States)), ", ")

@@ -15,6 +15,7 @@ func eventTests() []test {
 		{"OldestFirstAcrossSandboxes", testEventOrder},
 		{"AfterCursor", testEventsAfter},
 		{"FilterByTenant", testEventsTenant},
+		{"ExceptTenant", testEventsExceptTenant},
 		{"FilterBySandbox", testEventsSandbox},
 		{"LimitAndPaging", testEventsLimit},
 	}
@@ -128,6 +129,18 @@ func testEventsTenant(t *testing.T, h *harness) {
 	wantEvents(t, "tenant acme after the 4th", h.events(torpor.EventFilter{Tenant: "acme", After: evs[3].Seq}),
 		"sb_a1 sandbox.resumed", "sb_a2 sandbox.terminated")
 	wantEvents(t, "tenant nobody", h.events(torpor.EventFilter{Tenant: "nobody"}))
+}
+
+// ExceptTenant leaves out one tenant's events, and the cursor and the
+// limit count only what is left (a page is never short because of them).
+func testEventsExceptTenant(t *testing.T, h *harness) {
+	evs := writeEventLog(h)
+	wantEvents(t, "every tenant but globex", h.events(torpor.EventFilter{ExceptTenant: "globex"}),
+		"sb_a1 sandbox.created", "sb_a2 sandbox.created", "sb_a1 sandbox.paused",
+		"sb_a1 sandbox.resumed", "sb_a2 sandbox.terminated")
+	wantEvents(t, "every tenant but globex, 2 after the 1st", h.events(torpor.EventFilter{ExceptTenant: "globex", After: evs[0].Seq, Limit: 2}),
+		"sb_a2 sandbox.created", "sb_a1 sandbox.paused")
+	wantEvents(t, "globex but not globex", h.events(torpor.EventFilter{Tenant: "globex", ExceptTenant: "globex"}))
 }
 
 func testEventsSandbox(t *testing.T, h *harness) {

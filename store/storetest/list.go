@@ -12,6 +12,7 @@ func listTests() []test {
 		{"OldestFirstThenByID", testListOrder},
 		{"ReturnsFullRecords", testListFullRecords},
 		{"FilterByTenant", testListTenant},
+		{"ExceptTenant", testListExceptTenant},
 		{"FilterByStates", testListStates},
 		{"TerminatedHiddenByDefault", testListHidesTerminated},
 		{"TerminatedShownWhenAsked", testListShowsTerminated},
@@ -70,6 +71,20 @@ func testListTenant(t *testing.T, h *harness) {
 	wantIDs(t, "tenant globex", h.list(torpor.SandboxFilter{Tenant: "globex"}), "sb_2")
 	wantIDs(t, "tenant nobody", h.list(torpor.SandboxFilter{Tenant: "nobody"}))
 	wantIDs(t, "every tenant", h.list(torpor.SandboxFilter{}), "sb_1", "sb_2", "sb_3", "sb_4")
+}
+
+// ExceptTenant leaves out one tenant's sandboxes and keeps every other's
+// (the engine's view of every tenant but the warm pools').
+func testListExceptTenant(t *testing.T, h *harness) {
+	h.create(newSandbox("sb_1", "acme", torpor.StateRunning, at(0)))
+	h.create(newSandbox("sb_2", torpor.PoolTenant, torpor.StateRunning, at(time.Second)))
+	h.create(newSandbox("sb_3", "globex", torpor.StatePaused, at(2*time.Second)))
+	h.create(newSandbox("sb_4", torpor.PoolTenant, torpor.StatePaused, at(3*time.Second)))
+
+	wantIDs(t, "every tenant but the pools'", h.list(torpor.SandboxFilter{ExceptTenant: torpor.PoolTenant}), "sb_1", "sb_3")
+	wantIDs(t, "paused, every tenant but the pools'", h.list(torpor.SandboxFilter{ExceptTenant: torpor.PoolTenant, States: []torpor.State{torpor.StatePaused}}), "sb_3")
+	wantIDs(t, "acme but not globex", h.list(torpor.SandboxFilter{Tenant: "acme", ExceptTenant: "globex"}), "sb_1")
+	wantIDs(t, "acme but not acme", h.list(torpor.SandboxFilter{Tenant: "acme", ExceptTenant: "acme"}))
 }
 
 // createOnePerState creates one sandbox in each state, named after it, in
