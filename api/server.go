@@ -51,6 +51,9 @@ type Config struct {
 	// cookie as a way to authenticate (session.go). nil turns all three
 	// off.
 	UI http.Handler
+	// ProxyURL is the port proxy's address pattern the dashboard's
+	// session tells the page (wire.Session.ProxyURL); empty: no proxy.
+	ProxyURL string
 }
 
 // Server serves the native API.
@@ -77,6 +80,8 @@ type Server struct {
 	// sessions are the dashboard's sessions (nil: no dashboard, and no
 	// cookie is accepted).
 	sessions *sessions
+	// proxyURL is the port proxy's address pattern (Config.ProxyURL).
+	proxyURL string
 	ready    atomic.Bool
 }
 
@@ -100,7 +105,26 @@ type route struct {
 	method, path string
 	h            handler
 	admin        bool
+	// tenant says whether the route takes ?tenant= (actAs).
+	tenant tenantScope
 }
+
+// tenantScope says whether a route takes the query parameter tenant, with
+// which an admin key acts as another tenant (docs/api.md, "Acting as a
+// tenant").
+type tenantScope int
+
+const (
+	// tenantNone: the route takes no tenant; one sent is refused.
+	tenantNone tenantScope = iota
+	// tenantOwn: the handler reads tenant itself (GET /v1/usage).
+	tenantOwn
+	// tenantOne: an admin may name one tenant; the request runs as it.
+	tenantOne
+	// tenantAny: as tenantOne, or tenant=* for every tenant's sandboxes
+	// but the warm pools' (lifecycle.AllTenants).
+	tenantAny
+)
 
 // Routes returns "METHOD PATH" of every endpoint, for documentation checks.
 func Routes() []string {
@@ -118,52 +142,52 @@ func Routes() []string {
 
 func (s *Server) routes() []route {
 	return []route{
-		{"POST", "/v1/sandboxes", s.create, false},
-		{"GET", "/v1/sandboxes", s.list, false},
-		{"GET", "/v1/sandboxes/{id}", s.get, false},
-		{"PATCH", "/v1/sandboxes/{id}", s.update, false},
-		{"DELETE", "/v1/sandboxes/{id}", s.delete, false},
-		{"POST", "/v1/sandboxes/{id}/pause", s.pause, false},
-		{"POST", "/v1/sandboxes/{id}/start", s.start, false},
-		{"POST", "/v1/sandboxes/{id}/resume", s.start, false},
-		{"POST", "/v1/sandboxes/{id}/connect", s.start, false},
-		{"POST", "/v1/sandboxes/{id}/hibernate", s.verb((*lifecycle.Engine).Hibernate), false},
-		{"POST", "/v1/sandboxes/{id}/restart", s.verb((*lifecycle.Engine).Restart), false},
-		{"POST", "/v1/sandboxes/{id}/touch", s.verb((*lifecycle.Engine).Touch), false},
-		{"POST", "/v1/sandboxes/{id}/exec", s.exec, false},
-		{"POST", "/v1/sandboxes/{id}/code", s.runCode, false},
-		{"POST", "/v1/sandboxes/{id}/processes", s.startProcess, false},
-		{"GET", "/v1/sandboxes/{id}/processes", s.listProcesses, false},
-		{"GET", "/v1/sandboxes/{id}/processes/{pid}/output", s.processOutput, false},
-		{"POST", "/v1/sandboxes/{id}/processes/{pid}/stdin", s.processStdin, false},
-		{"POST", "/v1/sandboxes/{id}/processes/{pid}/signal", s.signalProcess, false},
-		{"GET", "/v1/sandboxes/{id}/files", s.readFile, false},
-		{"PUT", "/v1/sandboxes/{id}/files", s.writeFile, false},
-		{"DELETE", "/v1/sandboxes/{id}/files", s.removeFile, false},
-		{"GET", "/v1/sandboxes/{id}/files/list", s.listFiles, false},
-		{"GET", "/v1/sandboxes/{id}/files/stat", s.statFile, false},
-		{"POST", "/v1/sandboxes/{id}/files/mkdir", s.mkdir, false},
-		{"POST", "/v1/sandboxes/{id}/files/rename", s.rename, false},
-		{"GET", "/v1/sandboxes/{id}/files/tar", s.downloadTar, false},
-		{"PUT", "/v1/sandboxes/{id}/files/tar", s.uploadTar, false},
-		{"GET", "/v1/sandboxes/{id}/events", s.sandboxEvents, false},
-		{"GET", "/v1/events", s.events, false},
-		{"GET", "/v1/usage", s.usage, false},
-		{"GET", "/v1/runtimes", s.listRuntimes, false},
-		{"GET", "/v1/templates", s.templates, false},
-		{"GET", "/v1/templates/{name}", s.getTemplate, false},
-		{"GET", "/v1/pools", s.listPools, false},
-		{"PUT", "/v1/pools/{template}", s.setPool, true},
-		{"DELETE", "/v1/templates/{name}", s.deleteTemplate, true},
-		{"POST", "/v1/templates", s.importTemplate, true},
-		{"POST", "/v1/templates/build", s.buildTemplate, true},
-		{"GET", "/v1/tenants", s.listTenants, true},
-		{"POST", "/v1/tenants", s.createTenant, true},
-		{"PATCH", "/v1/tenants/{name}", s.updateTenant, true},
-		{"POST", "/v1/keys", s.createKey, true},
-		{"POST", "/v1/webhooks", s.createWebhook, false},
-		{"GET", "/v1/webhooks", s.listWebhooks, false},
-		{"DELETE", "/v1/webhooks/{id}", s.deleteWebhook, false},
+		{"POST", "/v1/sandboxes", s.create, false, tenantNone},
+		{"GET", "/v1/sandboxes", s.list, false, tenantAny},
+		{"GET", "/v1/sandboxes/{id}", s.get, false, tenantOne},
+		{"PATCH", "/v1/sandboxes/{id}", s.update, false, tenantOne},
+		{"DELETE", "/v1/sandboxes/{id}", s.delete, false, tenantOne},
+		{"POST", "/v1/sandboxes/{id}/pause", s.pause, false, tenantOne},
+		{"POST", "/v1/sandboxes/{id}/start", s.start, false, tenantOne},
+		{"POST", "/v1/sandboxes/{id}/resume", s.start, false, tenantOne},
+		{"POST", "/v1/sandboxes/{id}/connect", s.start, false, tenantOne},
+		{"POST", "/v1/sandboxes/{id}/hibernate", s.verb((*lifecycle.Engine).Hibernate), false, tenantOne},
+		{"POST", "/v1/sandboxes/{id}/restart", s.verb((*lifecycle.Engine).Restart), false, tenantOne},
+		{"POST", "/v1/sandboxes/{id}/touch", s.verb((*lifecycle.Engine).Touch), false, tenantOne},
+		{"POST", "/v1/sandboxes/{id}/exec", s.exec, false, tenantOne},
+		{"POST", "/v1/sandboxes/{id}/code", s.runCode, false, tenantOne},
+		{"POST", "/v1/sandboxes/{id}/processes", s.startProcess, false, tenantOne},
+		{"GET", "/v1/sandboxes/{id}/processes", s.listProcesses, false, tenantOne},
+		{"GET", "/v1/sandboxes/{id}/processes/{pid}/output", s.processOutput, false, tenantOne},
+		{"POST", "/v1/sandboxes/{id}/processes/{pid}/stdin", s.processStdin, false, tenantOne},
+		{"POST", "/v1/sandboxes/{id}/processes/{pid}/signal", s.signalProcess, false, tenantOne},
+		{"GET", "/v1/sandboxes/{id}/files", s.readFile, false, tenantOne},
+		{"PUT", "/v1/sandboxes/{id}/files", s.writeFile, false, tenantOne},
+		{"DELETE", "/v1/sandboxes/{id}/files", s.removeFile, false, tenantOne},
+		{"GET", "/v1/sandboxes/{id}/files/list", s.listFiles, false, tenantOne},
+		{"GET", "/v1/sandboxes/{id}/files/stat", s.statFile, false, tenantOne},
+		{"POST", "/v1/sandboxes/{id}/files/mkdir", s.mkdir, false, tenantOne},
+		{"POST", "/v1/sandboxes/{id}/files/rename", s.rename, false, tenantOne},
+		{"GET", "/v1/sandboxes/{id}/files/tar", s.downloadTar, false, tenantOne},
+		{"PUT", "/v1/sandboxes/{id}/files/tar", s.uploadTar, false, tenantOne},
+		{"GET", "/v1/sandboxes/{id}/events", s.sandboxEvents, false, tenantOne},
+		{"GET", "/v1/events", s.events, false, tenantAny},
+		{"GET", "/v1/usage", s.usage, false, tenantOwn},
+		{"GET", "/v1/runtimes", s.listRuntimes, false, tenantNone},
+		{"GET", "/v1/templates", s.templates, false, tenantNone},
+		{"GET", "/v1/templates/{name}", s.getTemplate, false, tenantNone},
+		{"GET", "/v1/pools", s.listPools, false, tenantNone},
+		{"PUT", "/v1/pools/{template}", s.setPool, true, tenantNone},
+		{"DELETE", "/v1/templates/{name}", s.deleteTemplate, true, tenantNone},
+		{"POST", "/v1/templates", s.importTemplate, true, tenantNone},
+		{"POST", "/v1/templates/build", s.buildTemplate, true, tenantNone},
+		{"GET", "/v1/tenants", s.listTenants, true, tenantNone},
+		{"POST", "/v1/tenants", s.createTenant, true, tenantNone},
+		{"PATCH", "/v1/tenants/{name}", s.updateTenant, true, tenantNone},
+		{"POST", "/v1/keys", s.createKey, true, tenantNone},
+		{"POST", "/v1/webhooks", s.createWebhook, false, tenantNone},
+		{"GET", "/v1/webhooks", s.listWebhooks, false, tenantNone},
+		{"DELETE", "/v1/webhooks/{id}", s.deleteWebhook, false, tenantNone},
 	}
 }
 
@@ -173,6 +197,7 @@ func New(cfg Config) *Server {
 	s.maxUpload = cfg.MaxUploadBytes
 	s.limiter = cfg.RateLimit
 	s.tmplMgr = cfg.TemplateManager
+	s.proxyURL = cfg.ProxyURL
 	s.hookGuard = cfg.WebhookGuard
 	if s.hookGuard == nil {
 		s.hookGuard = webhook.NewGuard(webhook.GuardConfig{})
@@ -283,6 +308,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, rt route) error {
 	if rt.admin && !p.admin {
 		return torpor.Errorf(torpor.EForbidden, "this needs an admin key")
 	}
+	if p, err = actAs(r, rt.tenant, p); err != nil {
+		return err
+	}
 	if p.session != nil {
 		// What a session reads is its tenant's: no cache keeps it (a
 		// stream or a handler may say otherwise).
@@ -295,6 +323,46 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, rt route) error {
 		r = r.WithContext(ctx)
 	}
 	return rt.h(w, r, p)
+}
+
+// actAs applies the query parameter tenant of a request to its principal:
+// an admin key (or an admin's session) acts as the tenant it names, or as
+// every tenant (tenant=*) where the route lists or follows. A tenant key
+// may name only its own tenant: any other is refused with 403 before
+// anything is read, as GET /v1/usage does, so that it learns nothing of
+// the tenant it named, not even whether it exists. Without the parameter
+// nothing changes (an admin key acts as its own tenant, "default").
+func actAs(r *http.Request, scope tenantScope, p principal) (principal, error) {
+	q := r.URL.Query()
+	vs, ok := q["tenant"]
+	if !ok || scope == tenantOwn {
+		return p, nil
+	}
+	if scope == tenantNone {
+		return p, torpor.Invalid("tenant", "%s %s takes no tenant", r.Method, r.URL.Path)
+	}
+	if len(vs) != 1 {
+		return p, torpor.Invalid("tenant", "name one tenant")
+	}
+	name := vs[0]
+	switch {
+	case name == p.tenant:
+		return p, nil
+	case !p.admin:
+		return p, torpor.Errorf(torpor.EForbidden, "a tenant key acts only as its own tenant")
+	case name == lifecycle.AllTenants && scope == tenantAny:
+	case name == lifecycle.AllTenants:
+		return p, torpor.Invalid("tenant", "tenant=%s (every tenant) is for the list and the event stream; name the sandbox's tenant", lifecycle.AllTenants)
+	default:
+		// The name rule also refuses the warm pools' tenant
+		// (torpor.PoolTenant starts with '_'): its members are no
+		// one's, an admin's included.
+		if err := torpor.ValidateTenantName(name); err != nil {
+			return p, err
+		}
+	}
+	p.tenant = name
+	return p, nil
 }
 
 // authenticate finds who sent a request: the bearer key of its

@@ -231,7 +231,7 @@ func (s *Server) signIn(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	http.SetCookie(w, sessionCookie(r, id, int(SessionLifetime/time.Second)))
-	writeJSON(w, http.StatusOK, describe(sess))
+	writeJSON(w, http.StatusOK, s.describe(sess))
 	return nil
 }
 
@@ -246,7 +246,7 @@ func (s *Server) describeSession(w http.ResponseWriter, r *http.Request) error {
 	if err := s.limit(sess.p); err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, describe(sess))
+	writeJSON(w, http.StatusOK, s.describe(sess))
 	return nil
 }
 
@@ -272,8 +272,8 @@ func setSessionHeaders(w http.ResponseWriter) {
 	}
 }
 
-func describe(sess session) wire.Session {
-	return wire.Session{Tenant: sess.p.tenant, Admin: sess.p.admin, CSRFToken: sess.csrf, ExpiresAt: sess.expires.UTC()}
+func (s *Server) describe(sess session) wire.Session {
+	return wire.Session{Tenant: sess.p.tenant, Admin: sess.p.admin, CSRFToken: sess.csrf, ExpiresAt: sess.expires.UTC(), ProxyURL: s.proxyURL}
 }
 
 // sessionCookie is the cookie naming session id for maxAge seconds (a

@@ -158,7 +158,10 @@ func TestValidRequestsNameServedRoutes(t *testing.T) {
 // instances, processes and files as they were. Each request is also sent
 // with A's own key on A's objects (made again after a request that
 // changed them), which must answer 2xx, so that the matrix proves the
-// tenancy is what refused B.
+// tenancy is what refused B. Every native route is sent by B a second
+// time with ?tenant=A (docs/api.md, "Acting as a tenant"): where a route
+// takes tenant (takesTenant) B is refused with 403, elsewhere with 400,
+// and the same checks hold: B learns nothing of A and changes nothing.
 func TestEveryRouteRefusesAnotherTenant(t *testing.T) { everyRouteRefusesAnotherTenant(t, false) }
 
 // TestEveryRouteRefusesAnotherTenantByCookie is the same matrix on the
@@ -210,48 +213,68 @@ func everyRouteRefusesAnotherTenant(t *testing.T, byCookie bool) {
 			if !slices.Contains(kinds, "sandbox") && sb.name != "running" {
 				continue
 			}
-			target := path
-			if req.query != "" {
-				target += "?" + req.query
-			}
-			name := rt
-			if slices.Contains(kinds, "sandbox") {
-				name += " on A's " + sb.name + " sandbox"
-			}
-			withA.rt.watch(aIDs...)
-			got := withA.do(keys.b, method, target, req.ctype, []byte(req.body))
-			touched := withA.rt.noted()
-			want := withoutA.do(keys.b, method, target, req.ctype, []byte(req.body))
-			sent += 2
-			raw := got.Body.String() + fmt.Sprint(got.Header())
-			for _, s := range a.secrets {
-				// The ids the request names may come back (as in "no
-				// sandbox X"): B knew them already.
-				if strings.Contains(raw, s) && !strings.Contains(target+req.body, s) {
-					t.Errorf("%s: B's answer holds A's %q: %d %s", name, s, got.Code, got.Body)
+			for _, naming := range []bool{false, true} {
+				if naming && !strings.HasPrefix(pattern, "/v1/") {
+					continue
 				}
-			}
-			if got.Code != want.Code || jsonShape(got.Body.Bytes()) != jsonShape(want.Body.Bytes()) {
-				t.Errorf("%s: B's answer depends on A's objects: %d %s; without them: %d %s", name, got.Code, got.Body, want.Code, want.Body)
-			}
-			owned := slices.Contains(kinds, "sandbox") || slices.Contains(kinds, "webhook")
-			_, exempt := notTenantScoped[rt]
-			switch {
-			case exempt && strings.HasPrefix(notTenantScoped[rt], "admin only"):
-				if got.Code != 403 {
-					t.Errorf("%s: B's answer %d %s, want 403 (admin only)", name, got.Code, got.Body)
+				target := path
+				query := req.query
+				if naming {
+					// B names A's tenant (docs/api.md, "Acting as a
+					// tenant"): a tenant key is refused before anything
+					// is read.
+					query = strings.TrimPrefix(query+"&tenant="+tenantA, "&")
 				}
-			case owned && got.Code != 404:
-				t.Errorf("%s: B's answer %d %s, want 404 (not B's)", name, got.Code, got.Body)
-			case got.Code >= 500:
-				t.Errorf("%s: B's answer %d %s", name, got.Code, got.Body)
-			}
-			if len(touched) > 0 {
-				t.Errorf("%s: B's request reached A's instances: %v", name, touched)
-			}
-			if after := stateOfA(); !slices.Equal(before, after) {
-				t.Errorf("%s: B's request changed A's state:\n%s", name, lineDiff(before, after))
-				before = after
+				if query != "" {
+					target += "?" + query
+				}
+				name := rt
+				if slices.Contains(kinds, "sandbox") {
+					name += " on A's " + sb.name + " sandbox"
+				}
+				if naming {
+					name += " with tenant=" + tenantA
+				}
+				withA.rt.watch(aIDs...)
+				got := withA.do(keys.b, method, target, req.ctype, []byte(req.body))
+				touched := withA.rt.noted()
+				want := withoutA.do(keys.b, method, target, req.ctype, []byte(req.body))
+				sent += 2
+				raw := got.Body.String() + fmt.Sprint(got.Header())
+				for _, s := range a.secrets {
+					// The ids the request names may come back (as in "no
+					// sandbox X"): B knew them already.
+					if strings.Contains(raw, s) && !strings.Contains(target+req.body, s) {
+						t.Errorf("%s: B's answer holds A's %q: %d %s", name, s, got.Code, got.Body)
+					}
+				}
+				if got.Code != want.Code || jsonShape(got.Body.Bytes()) != jsonShape(want.Body.Bytes()) {
+					t.Errorf("%s: B's answer depends on A's objects: %d %s; without them: %d %s", name, got.Code, got.Body, want.Code, want.Body)
+				}
+				owned := slices.Contains(kinds, "sandbox") || slices.Contains(kinds, "webhook")
+				_, exempt := notTenantScoped[rt]
+				switch {
+				case naming && takesTenant(method, pattern) && got.Code != 403:
+					t.Errorf("%s: B's answer %d %s, want 403 (a tenant key acts only as its own tenant)", name, got.Code, got.Body)
+				case naming && !takesTenant(method, pattern) && got.Code != 403 && got.Code != 400:
+					t.Errorf("%s: B's answer %d %s, want 400 (no tenant here) or 403 (admin only)", name, got.Code, got.Body)
+				case naming:
+				case exempt && strings.HasPrefix(notTenantScoped[rt], "admin only"):
+					if got.Code != 403 {
+						t.Errorf("%s: B's answer %d %s, want 403 (admin only)", name, got.Code, got.Body)
+					}
+				case owned && got.Code != 404:
+					t.Errorf("%s: B's answer %d %s, want 404 (not B's)", name, got.Code, got.Body)
+				case got.Code >= 500:
+					t.Errorf("%s: B's answer %d %s", name, got.Code, got.Body)
+				}
+				if len(touched) > 0 {
+					t.Errorf("%s: B's request reached A's instances: %v", name, touched)
+				}
+				if after := stateOfA(); !slices.Equal(before, after) {
+					t.Errorf("%s: B's request changed A's state:\n%s", name, lineDiff(before, after))
+					before = after
+				}
 			}
 		}
 	}
@@ -294,6 +317,20 @@ func everyRouteRefusesAnotherTenant(t *testing.T, byCookie bool) {
 		}
 	}
 	t.Logf("%d routes, %d requests with B's key (to listeners with and without A's objects), %d controls with A's key", len(routes), sent, controls)
+}
+
+// takesTenant tells whether a native route takes ?tenant= (an admin
+// names the tenant it acts as): a sandbox's routes, the list, the event
+// stream and the usage report. Elsewhere the parameter is refused as
+// invalid.
+func takesTenant(method, pattern string) bool {
+	switch {
+	case strings.HasPrefix(pattern, "/v1/sandboxes/"):
+		return true
+	case method == "GET" && (pattern == "/v1/sandboxes" || pattern == "/v1/events" || pattern == "/v1/usage"):
+		return true
+	}
+	return false
 }
 
 // stateOf is what a listener holds of tenant A: every row of the store

@@ -223,7 +223,16 @@ type ListOptions struct {
 	Metadata map[string]string
 	// All includes terminated sandboxes.
 	All bool
+	// Tenant, for an admin key, lists that tenant's sandboxes, or with
+	// AllTenants every tenant's (each with its tenant); empty: the key's
+	// own tenant's. A tenant key may name only its own (docs/api.md,
+	// "Acting as a tenant").
+	Tenant string
 }
+
+// AllTenants, as ListOptions.Tenant, lists every tenant's sandboxes but
+// the warm pools'. Only an admin key may use it.
+const AllTenants = "*"
 
 // List returns the caller's sandboxes.
 func (c *Client) List(ctx context.Context, o ListOptions) ([]*torpor.Sandbox, error) {
@@ -236,6 +245,9 @@ func (c *Client) List(ctx context.Context, o ListOptions) ([]*torpor.Sandbox, er
 	}
 	if o.All {
 		q.Set("all", "true")
+	}
+	if o.Tenant != "" {
+		q.Set("tenant", o.Tenant)
 	}
 	var out wire.SandboxList
 	return out.Sandboxes, c.do(ctx, "GET", "/v1/sandboxes", q, nil, &out)

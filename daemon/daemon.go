@@ -176,6 +176,7 @@ func Run(ctx context.Context, cfg Config, opt Options) error {
 		}}
 	if cfg.UI {
 		apiCfg.UI = ui.Handler()
+		apiCfg.ProxyURL = proxyURL(cfg, proxyAddr)
 	}
 	srv := api.New(apiCfg)
 	aliases, _ := e2btemplates.ParseAliases(cfg.E2BTemplates) // checked by LoadConfig

@@ -38,6 +38,25 @@ func e2bDomain(cfg Config, proxyAddr string) string {
 	return d
 }
 
+// proxyURL is the address of a sandbox's port through the proxy, with
+// {port} and {id} to fill in, for the dashboard's links: the proxy's
+// scheme, domain and port (left out when it is the scheme's default);
+// empty without a proxy.
+func proxyURL(cfg Config, proxyAddr string) string {
+	if proxyAddr == "" {
+		return ""
+	}
+	scheme, std := "http", "80"
+	if cfg.ProxyTLSCert != "" {
+		scheme, std = "https", "443"
+	}
+	host := "{port}-{id}." + strings.ToLower(cfg.ProxyDomain)
+	if _, port, err := net.SplitHostPort(proxyAddr); err == nil && port != std {
+		host += ":" + port
+	}
+	return scheme + "://" + host + "/"
+}
+
 // proxyListener wraps the proxy's listener in TLS when the config names a
 // certificate (proxy_tls_cert, proxy_tls_key). HTTP/1.1 only: E2B's SDKs
 // speak it, and the proxy's loop reads it.

@@ -809,3 +809,119 @@ func latestSeq(ctx context.Context, base, key string) string {
 		}
 	}
 }
+
+// TestUIBrowserAdmin signs in with the admin key: the list shows every
+// tenant's sandboxes with a tenant column and follows them live, the
+// tenant filter narrows them, and a tenant's sandbox's page reads and acts
+// on it as that tenant (docs/dashboard.md).
+func TestUIBrowserAdmin(t *testing.T) {
+	needs(t)
+	chromiumPath(t)
+	ctx := context.Background()
+	d := startDaemon(t, torporBin(t), t.TempDir())
+	_, acme := tenantClient(t, d, "acme")
+	_, globex := tenantClient(t, d, "globex")
+	admin := d.client(t)
+
+	ours, err := acme.Create(ctx, torpor.CreateRequest{Template: "base", Metadata: map[string]string{"owner": "acme"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	theirs, err := globex.Create(ctx, torpor.CreateRequest{Template: "base", Metadata: map[string]string{"owner": "globex"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine, err := admin.Create(ctx, torpor.CreateRequest{Template: "base"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := acme.Update(ctx, ours.ID, torpor.UpdateRequest{Ports: &[]torpor.PortSpec{{Port: 8080, Public: true}}}); err != nil {
+		t.Fatal(err)
+	}
+	rowSel := func(id string) string { return `document.querySelector('tr[data-id="` + id + `"]')` }
+	b := newUIBrowser(t, "http://"+d.addr)
+	b.signIn(d.key)
+
+	step(t, "every tenant's sandboxes, with a tenant column")
+	{
+		for _, id := range []string{ours.ID, theirs.ID, mine.ID} {
+			b.waitJS("the row of "+id, rowSel(id))
+		}
+		if !uiEval[bool](b, `!document.getElementById("th-tenant").hidden`) {
+			t.Fatal("the admin's list has no tenant column")
+		}
+		for id, want := range map[string]string{ours.ID: "acme", theirs.ID: "globex", mine.ID: "default"} {
+			if got := uiEval[string](b, rowSel(id)+`.querySelector("td.tenant").textContent`); got != want {
+				t.Fatalf("the tenant cell of %s reads %q, want %q", id, got, want)
+			}
+		}
+	}
+
+	step(t, "the list follows every tenant live")
+	{
+		sb, err := globex.Create(ctx, torpor.CreateRequest{Template: "base"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.waitJS("globex's new sandbox", rowSel(sb.ID)+` && `+rowSel(sb.ID)+`.querySelector(".badge.running")`)
+		if _, err := globex.Delete(ctx, sb.ID); err != nil {
+			t.Fatal(err)
+		}
+		b.waitJS("globex's new sandbox gone", `!`+rowSel(sb.ID))
+		if _, err := acme.Pause(ctx, ours.ID, ""); err != nil {
+			t.Fatal(err)
+		}
+		b.waitJS("acme's pause", rowSel(ours.ID)+`.querySelector(".badge.paused")`)
+	}
+
+	step(t, "the tenant filter")
+	{
+		b.waitJS("acme in the filter", `Array.from(document.getElementById("f-tenant").options).some(o => o.value === "acme")`)
+		uiEval[bool](b, `(() => { const s = document.getElementById("f-tenant"); s.value = "acme"; s.dispatchEvent(new Event("change")); return true; })()`)
+		b.waitJS("only acme's", rowSel(ours.ID)+` && !`+rowSel(theirs.ID)+` && !`+rowSel(mine.ID))
+		uiEval[bool](b, `(() => { const s = document.getElementById("f-tenant"); s.value = "globex"; s.dispatchEvent(new Event("change")); return true; })()`)
+		b.waitJS("only globex's", rowSel(theirs.ID)+` && !`+rowSel(ours.ID)+` && !`+rowSel(mine.ID))
+		uiEval[bool](b, `(() => { const s = document.getElementById("f-tenant"); s.value = ""; s.dispatchEvent(new Event("change")); return true; })()`)
+		b.waitJS("every tenant's again", rowSel(theirs.ID)+` && `+rowSel(ours.ID)+` && `+rowSel(mine.ID))
+	}
+
+	step(t, "a tenant's sandbox's page acts as its tenant")
+	{
+		b.route("#/sandbox/" + ours.ID)
+		b.waitJS("acme's sandbox's page", `document.body.dataset.detailReady === "`+ours.ID+`"`)
+		b.waitJS("its pause on the timeline", `document.querySelector('#d-transitions li[data-to="paused"]')`)
+		b.do("starting", chromedp.Click(chromedp.CSS(`#d-actions button[data-act="start"]`)))
+		b.waitJS("the running badge", `document.getElementById("d-badge").textContent === "running"`)
+		if got, err := acme.Get(ctx, ours.ID); err != nil || got.State != torpor.StateRunning {
+			t.Fatalf("acme sees %+v %v after the admin's page started it", got, err)
+		}
+		b.do("running a command", chromedp.SetValue(chromedp.ID("exec-cmd"), `hostname`), chromedp.Click(chromedp.ID("exec-run")))
+		b.waitJS("the exit", `document.getElementById("exec-status").dataset.exit === "0"`)
+		if out := uiEval[string](b, `document.getElementById("exec-out").textContent`); !strings.HasPrefix(out, ours.ID+"\n") {
+			t.Fatalf("exec in acme's sandbox printed %q", out)
+		}
+	}
+
+	step(t, "the port's link names the daemon's proxy")
+	{
+		_, port, _ := strings.Cut(d.proxy, ":")
+		pattern := uiEval[string](b, `fetch("/ui/session", {credentials: "same-origin"}).then(r => r.json()).then(s => s.proxy_url)`)
+		if want := "http://{port}-{id}.localhost:" + port + "/"; pattern != want {
+			t.Fatalf("GET /ui/session says proxy_url %q, want %q", pattern, want)
+		}
+		link := uiEval[string](b, `document.querySelector("#d-ports a").href`)
+		if want := "http://8080-" + ours.ID + ".localhost:" + port + "/"; link != want {
+			t.Fatalf("the page links port 8080 to %q, want %q", link, want)
+		}
+	}
+
+	step(t, "a tenant's sandbox opened by its link")
+	{
+		b.do("opening globex's sandbox's link", chromedp.Navigate(b.base+"/ui/#/sandbox/"+theirs.ID))
+		b.waitJS("globex's sandbox's page", `document.body.dataset.detailReady === "`+theirs.ID+`"`)
+		if got := uiEval[string](b, `document.getElementById("d-error").textContent`); got != "" {
+			t.Fatalf("globex's sandbox's page says %q", got)
+		}
+	}
+	b.checkClean()
+}

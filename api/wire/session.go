@@ -21,4 +21,9 @@ type Session struct {
 	Admin     bool      `json:"admin"`
 	CSRFToken string    `json:"csrf_token"`
 	ExpiresAt time.Time `json:"expires_at"`
+	// ProxyURL is the address of a sandbox's port through the daemon's
+	// port proxy, with {port} and {id} to fill in (for the page's links),
+	// e.g. http://{port}-{id}.localhost:7071/; empty when the daemon runs
+	// no proxy.
+	ProxyURL string `json:"proxy_url,omitempty"`
 }

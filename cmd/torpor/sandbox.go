@@ -213,9 +213,11 @@ func (c *cli) updateCmd() *cobra.Command {
 
 func (c *cli) lsCmd() *cobra.Command {
 	var (
-		all    bool
-		states []string
-		md     []string
+		all        bool
+		states     []string
+		md         []string
+		tenant     string
+		allTenants bool
 	)
 	cmd := &cobra.Command{
 		Use:     "ls",
@@ -227,28 +229,53 @@ func (c *cli) lsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			o := client.ListOptions{All: all, Metadata: meta}
+			o := client.ListOptions{All: all, Metadata: meta, Tenant: tenant}
+			if allTenants {
+				o.Tenant = client.AllTenants
+			}
 			for _, s := range states {
 				o.States = append(o.States, torpor.State(s))
 			}
+			// The tenant column is shown when the rows may be of
+			// several tenants, or of another than the key's.
+			printRows := c.printTable
+			if o.Tenant != "" {
+				printRows = c.printTenantTable
+			}
 			return c.withClient(func(cl *client.Client) error {
 				sbs, err := cl.List(cmd.Context(), o)
-				return answer(c, sbs, err, c.printTable)
+				return answer(c, sbs, err, printRows)
 			})
 		},
 	}
 	cmd.Flags().BoolVarP(&all, "all", "a", false, "include terminated sandboxes")
+	cmd.Flags().StringVar(&tenant, "tenant", "", "list this tenant's sandboxes (admin key)")
+	cmd.Flags().BoolVar(&allTenants, "all-tenants", false, "list every tenant's sandboxes, with a TENANT column (admin key)")
+	cmd.MarkFlagsMutuallyExclusive("tenant", "all-tenants")
 	cmd.Flags().StringSliceVar(&states, "state", nil, "only these states (repeatable or comma-separated)")
 	cmd.Flags().StringArrayVarP(&md, "metadata", "m", nil, "only sandboxes with metadata KEY=VALUE (repeatable)")
 	return cmd
 }
 
 // printTable lists sandboxes, one a row.
-func (c *cli) printTable(sbs []*torpor.Sandbox) error {
+func (c *cli) printTable(sbs []*torpor.Sandbox) error { return c.writeTable(sbs, false) }
+
+// printTenantTable lists sandboxes with their tenants.
+func (c *cli) printTenantTable(sbs []*torpor.Sandbox) error { return c.writeTable(sbs, true) }
+
+func (c *cli) writeTable(sbs []*torpor.Sandbox, tenants bool) error {
 	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tTEMPLATE\tSTATE\tSINCE\tCREATED\tMETADATA")
+	head := "ID\tTEMPLATE\tSTATE\tSINCE\tCREATED\tMETADATA"
+	if tenants {
+		head = "ID\tTENANT\tTEMPLATE\tSTATE\tSINCE\tCREATED\tMETADATA"
+	}
+	fmt.Fprintln(tw, head)
 	for _, sb := range sbs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", sb.ID, sb.Template, sb.State,
+		id := sb.ID
+		if tenants {
+			id += "\t" + sb.Tenant
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", id, sb.Template, sb.State,
 			ago(sb.StateSince), sb.CreatedAt.Local().Format(time.DateTime), metadataString(sb.Metadata))
 	}
 	tw.Flush()

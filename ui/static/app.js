@@ -33,6 +33,10 @@
     renderQueued: false,
     usage: null,
     tenants: [],
+    // tenantOf: sandbox id -> its tenant, from the list and the events,
+    // so that an admin's calls on a sandbox name its tenant (scoped).
+    tenantOf: new Map(),
+    listReady: null, // the first list read of the session (a promise)
     fsPath: "/",
     listLoaded: false,
   };
@@ -192,7 +196,28 @@
     }
   }
 
+  // scoped adds the tenant an admin's session acts as (docs/api.md,
+  // "Acting as a tenant"): every tenant's (tenant=*) for the list and the
+  // event stream, a sandbox's own tenant for the calls on it. A tenant's
+  // session names none: it is its own tenant, and may name no other.
+  function scoped(method, path) {
+    const s = st.session;
+    if (!s || !s.admin) return path;
+    const i = path.indexOf("?");
+    const p = i < 0 ? path : path.slice(0, i);
+    if (i >= 0 && new URLSearchParams(path.slice(i + 1)).has("tenant")) return path;
+    let t = "";
+    if (method === "GET" && (p === "/v1/sandboxes" || p === "/v1/events")) t = "*";
+    else {
+      const m = /^\/v1\/sandboxes\/([^/]+)/.exec(p);
+      if (m) t = st.tenantOf.get(decodeURIComponent(m[1])) || "";
+    }
+    if (!t || t === s.tenant) return path;
+    return path + (i < 0 ? "?" : "&") + "tenant=" + encodeURIComponent(t);
+  }
+
   async function api(method, path, body, opts = {}) {
+    path = scoped(method, path);
     const headers = Object.assign({}, opts.headers || {});
     if (method !== "GET" && method !== "HEAD") headers["X-CSRF-Token"] = (st.session && st.session.csrf_token) || "";
     let payload;
@@ -305,6 +330,7 @@
     const s = st.session;
     $("who-tenant").textContent = s.admin ? "admin · " + s.tenant : s.tenant;
     $("f-tenant-label").hidden = !s.admin;
+    tenantColumn(s.admin);
     $("u-tenant-label").hidden = !s.admin;
     $("t-build").hidden = !s.admin;
     st.listLoaded = false;
@@ -316,6 +342,8 @@
     stopStream();
     st.session = null;
     st.sandboxes.clear();
+    st.tenantOf.clear();
+    st.listReady = null;
     st.listLoaded = false;
     clear($("sb-rows"));
     showSignIn(msg);
@@ -326,6 +354,17 @@
       await api("DELETE", "/ui/session", undefined, { quiet401: true });
     } catch (_) { /* the session is over either way */ }
     signedOut("Signed out.");
+  }
+
+  // tenantColumn shows the list's tenant column to an admin, whose list
+  // holds every tenant's sandboxes.
+  function tenantColumn(on) {
+    let th = $("th-tenant");
+    if (!th) {
+      th = el("th", { id: "th-tenant", text: "Tenant" });
+      $("sb-table").tHead.rows[0].cells[0].after(th);
+    }
+    th.hidden = !on;
   }
 
   async function loadTenants() {
@@ -374,8 +413,10 @@
   async function ensureList() {
     if (st.listLoaded) return;
     st.listLoaded = true;
+    const first = loadList();
+    st.listReady = first.catch(() => {});
     try {
-      await loadList();
+      await first;
     } catch (e) {
       st.listLoaded = false;
       if (e.status !== 401) {
@@ -444,7 +485,10 @@
     const r = await api("GET", "/v1/sandboxes" + (q.toString() ? "?" + q : ""));
     const tList = performance.now();
     st.sandboxes.clear();
-    for (const sb of r.sandboxes || []) st.sandboxes.set(sb.id, sb);
+    for (const sb of r.sandboxes || []) {
+      st.sandboxes.set(sb.id, sb);
+      st.tenantOf.set(sb.id, sb.tenant);
+    }
     renderList();
     // What the page's speed test reads (BENCHMARKS.md): how long the
     // cursor, the list and the first render took, and when the rows were
@@ -568,6 +612,7 @@
     }
     const tr = el("tr", { dataset: { id: sb.id } },
       el("td", { class: "id" }, el("a", { href: "#/sandbox/" + enc(sb.id), text: sb.id })),
+      st.session && st.session.admin ? el("td", { class: "tenant", text: sb.tenant }) : null,
       el("td", { text: sb.template }),
       el("td", { text: (sb.runtime && sb.runtime.kind) || "" }),
       el("td", { class: "state" }, badge(sb.state), sb.failure ? el("span", { class: "muted", title: sb.failure.message, text: " " + sb.failure.code }) : null),
@@ -576,7 +621,6 @@
       el("td", { class: "next", title: nx ? nx.at : "", text: nx ? nx.action + " " + until(nx.at) : "" }),
       el("td", { class: "num", text: money(sb.meters && sb.meters.cost) }),
       meta);
-    if (st.session && st.session.admin) tr.title = "tenant " + sb.tenant;
     return tr;
   }
 
@@ -644,6 +688,7 @@
     const tEvent = performance.now();
     if (typeof ev.seq === "number" && ev.seq > st.cursor) st.cursor = ev.seq;
     if (!ev.sandbox_id) return;
+    if (ev.tenant) st.tenantOf.set(ev.sandbox_id, ev.tenant);
     // A state-carrying event updates the row at once; the refresh that
     // follows brings the rest (meters, schedule).
     const sb = st.sandboxes.get(ev.sandbox_id);
@@ -748,6 +793,10 @@
       $("fs-path").value = "/";
     }
     try {
+      // An admin reads a sandbox as its tenant (scoped): one opened by
+      // its link before the list came waits for the list to know it.
+      if (st.session.admin && !st.tenantOf.has(id) && st.listReady) await st.listReady;
+      if (st.detailId !== id) return;
       const [sb, evs, usage] = await Promise.all([
         api("GET", sbPath(id)),
         sandboxEvents(id),
@@ -1034,12 +1083,13 @@
     }
   }
 
+  // proxyURL is a port's address through the daemon's proxy, from the
+  // session's proxy_url (the daemon's proxy_domain, port and TLS); the
+  // default proxy address when the daemon named none.
   function proxyURL(sb, port) {
     const s = st.session || {};
-    const tmpl = s.proxy_url || "";
-    if (tmpl.includes("{port}")) return tmpl.replaceAll("{port}", String(port)).replaceAll("{id}", sb.id);
-    const domain = s.proxy_domain || "localhost:7071";
-    return `http://${port}-${sb.id}.${domain}/`;
+    const tmpl = s.proxy_url && s.proxy_url.includes("{port}") ? s.proxy_url : "http://{port}-{id}.localhost:7071/";
+    return tmpl.replaceAll("{port}", String(port)).replaceAll("{id}", sb.id);
   }
 
   function renderPorts(sb) {
@@ -1084,7 +1134,7 @@
           ? el("a", { href: "#", class: "dir", text: f.name + "/", onclick: (e) => { e.preventDefault(); listFiles(f.path); } })
           : el("span", { text: f.name + (f.link_target ? " → " + f.link_target : "") });
         const dl = f.type === "file"
-          ? el("a", { href: sbPath(id) + "/files?path=" + enc(f.path), download: f.name, class: "download", text: "Download" })
+          ? el("a", { href: scoped("GET", sbPath(id) + "/files?path=" + enc(f.path)), download: f.name, class: "download", text: "Download" })
           : null;
         frag.append(el("tr", { dataset: { name: f.name } }, el("td", {}, name), el("td", { class: "num", text: f.type === "file" ? bytes(f.size) : "" }),
           el("td", { text: when(f.mtime) }), el("td", {}, dl)));
