@@ -19,6 +19,46 @@ type Webhook struct {
 	CreatedAt time.Time `json:"created_at"`
 	// Cursor is the last event delivered (acknowledged with a 2xx).
 	Cursor int64 `json:"cursor"`
+	// Delivery is how its deliveries are going, when the server runs a
+	// dispatcher (GET /v1/webhooks); absent elsewhere.
+	Delivery *WebhookDelivery `json:"delivery,omitempty"`
+}
+
+// WebhookDelivery is a webhook's delivery state. Everything but Behind is
+// kept in the dispatcher's memory and starts again at zero when the daemon
+// restarts; Behind is counted from the store.
+type WebhookDelivery struct {
+	// Delivered counts events acknowledged with a 2xx since the daemon
+	// started.
+	Delivered int64 `json:"delivered"`
+	// LastAttemptAt is when the last attempt ended; absent before the
+	// first since the daemon started.
+	LastAttemptAt *time.Time `json:"last_attempt_at,omitempty"`
+	// LastStatus is the HTTP status the endpoint last answered; absent when
+	// the last attempt got no answer (LastError says why).
+	LastStatus int `json:"last_status,omitempty"`
+	// LastError says why the last attempt failed; absent after a success.
+	// It never carries the secret, the URL or, for an address the guard
+	// refuses, which rule refused it.
+	LastError string `json:"last_error,omitempty"`
+	// ConsecutiveFailures counts failed attempts since the last success.
+	ConsecutiveFailures int `json:"consecutive_failures"`
+	// NextRetryAt is when the next attempt is due while backing off.
+	NextRetryAt *time.Time `json:"next_retry_at,omitempty"`
+	// Behind counts the tenant's stored events after the cursor, up to
+	// MaxWebhookBehind (more reads as MaxWebhookBehind).
+	Behind int64 `json:"behind"`
+}
+
+// MaxWebhookBehind caps WebhookDelivery.Behind, so that listing webhooks
+// stays cheap however far one has fallen behind.
+const MaxWebhookBehind = 1000
+
+// WebhookDeliveries reads the delivery state of webhooks: what the API
+// asks of the dispatcher.
+type WebhookDeliveries interface {
+	// WebhookDelivery returns w's state; w.Cursor is the stored cursor.
+	WebhookDelivery(ctx context.Context, w Webhook) WebhookDelivery
 }
 
 // WebhookStore keeps webhooks and how far each has delivered.

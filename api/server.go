@@ -38,6 +38,9 @@ type Config struct {
 	// is added or removed (the dispatcher refreshes its loops).
 	Webhooks        torpor.WebhookStore
 	WebhooksChanged func()
+	// WebhookDeliveries tells how each webhook's deliveries are going (the
+	// daemon's dispatcher); nil: GET /v1/webhooks shows no delivery object.
+	WebhookDeliveries torpor.WebhookDeliveries
 	// WebhookGuard checks an endpoint's address before it is registered;
 	// nil: webhook.NewGuard(webhook.GuardConfig{}), the default rule.
 	WebhookGuard *webhook.Guard
@@ -71,6 +74,8 @@ type Server struct {
 	hooks   torpor.WebhookStore
 	// hooksChanged is told when a webhook is added or removed.
 	hooksChanged func()
+	// deliveries reads the dispatcher's state of each webhook; may be nil.
+	deliveries torpor.WebhookDeliveries
 	// hookGuard refuses endpoints on the host's own networks.
 	hookGuard *webhook.Guard
 	// maxUpload bounds file and tar uploads (0: no limit).
@@ -199,6 +204,7 @@ func New(cfg Config) *Server {
 	s.tmplMgr = cfg.TemplateManager
 	s.proxyURL = cfg.ProxyURL
 	s.hookGuard = cfg.WebhookGuard
+	s.deliveries = cfg.WebhookDeliveries
 	if s.hookGuard == nil {
 		s.hookGuard = webhook.NewGuard(webhook.GuardConfig{})
 	}

@@ -54,6 +54,14 @@ func (s *Server) listWebhooks(w http.ResponseWriter, r *http.Request, p principa
 	if hooks == nil {
 		hooks = []torpor.Webhook{}
 	}
+	// Only the caller's tenant's webhooks are listed, so their delivery
+	// states are the tenant's too.
+	if s.deliveries != nil {
+		for i := range hooks {
+			d := s.deliveries.WebhookDelivery(r.Context(), hooks[i])
+			hooks[i].Delivery = &d
+		}
+	}
 	writeJSON(w, http.StatusOK, wire.WebhookList{Webhooks: hooks})
 	return nil
 }

@@ -4,8 +4,12 @@ import (
 	"context"
 	"net"
 	"net/netip"
+	"slices"
 	"testing"
+	"time"
 
+	"github.com/torpor-dev/torpor"
+	"github.com/torpor-dev/torpor/api"
 	"github.com/torpor-dev/torpor/webhook"
 )
 
@@ -51,5 +55,39 @@ func TestWebhookRegistrationRefusesTheHostsOwnNetworks(t *testing.T) {
 	}
 	if list, err := f.tenantCl.Webhooks(ctx); err != nil || len(list) != 0 {
 		t.Fatalf("refused endpoints were registered: %+v %v", list, err)
+	}
+}
+
+// fakeDeliveries answers each webhook's state from its id.
+type fakeDeliveries map[string]torpor.WebhookDelivery
+
+func (f fakeDeliveries) WebhookDelivery(_ context.Context, w torpor.Webhook) torpor.WebhookDelivery {
+	return f[w.ID]
+}
+
+// TestWebhookListShowsDeliveryState: GET /v1/webhooks carries each of the
+// tenant's webhooks' delivery state from the dispatcher, and another
+// tenant's list shows none of them.
+func TestWebhookListShowsDeliveryState(t *testing.T) {
+	states := fakeDeliveries{}
+	f := newFixture(t, func(c *api.Config) { c.WebhookDeliveries = states })
+	created, err := f.tenantCl.CreateWebhook(ctx, "https://hooks.example.com/a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if created.Delivery != nil {
+		t.Fatalf("a new webhook's answer carries a delivery: %+v", created.Delivery)
+	}
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	states[created.ID] = torpor.WebhookDelivery{Delivered: 3, LastAttemptAt: &at, LastStatus: 500, LastError: "the endpoint answered 500 Internal Server Error", ConsecutiveFailures: 2, NextRetryAt: &at, Behind: 4}
+	list, err := f.tenantCl.Webhooks(ctx)
+	if err != nil || len(list) != 1 || list[0].Delivery == nil {
+		t.Fatalf("list: %+v %v", list, err)
+	}
+	if got, want := *list[0].Delivery, states[created.ID]; got.Delivered != want.Delivered || got.ConsecutiveFailures != 2 || got.LastStatus != 500 || got.Behind != 4 || !got.LastAttemptAt.Equal(at) || !got.NextRetryAt.Equal(at) || got.LastError != want.LastError {
+		t.Fatalf("delivery %+v, want %+v", got, want)
+	}
+	if others, err := f.adminCl.Webhooks(ctx); err != nil || slices.ContainsFunc(others, func(w torpor.Webhook) bool { return w.ID == created.ID }) {
+		t.Fatalf("another tenant's list: %+v %v", others, err)
 	}
 }

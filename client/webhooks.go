@@ -15,7 +15,8 @@ func (c *Client) CreateWebhook(ctx context.Context, endpoint string) (*wire.Webh
 	return &out, c.do(ctx, "POST", "/v1/webhooks", nil, wire.WebhookRequest{URL: endpoint}, &out)
 }
 
-// Webhooks lists the caller's tenant's webhooks.
+// Webhooks lists the caller's tenant's webhooks, each with its Delivery
+// state when the server runs a dispatcher (a daemon does).
 func (c *Client) Webhooks(ctx context.Context) ([]torpor.Webhook, error) {
 	var out wire.WebhookList
 	return out.Webhooks, c.do(ctx, "GET", "/v1/webhooks", nil, nil, &out)

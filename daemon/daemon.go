@@ -168,7 +168,7 @@ func Run(ctx context.Context, cfg Config, opt Options) error {
 	// One limiter for both APIs: a key's rate is one rate.
 	limiter := ratelimit.New(ratelimit.Config{PerSecond: cfg.RateLimitPerSecond, Burst: int(cfg.RateLimitBurst)})
 	apiCfg := api.Config{Engine: eng, Auth: st, Templates: st, TemplateManager: tmpls, Logger: log, MaxUploadBytes: cfg.MaxUploadMiB << 20, Webhooks: st,
-		Metrics: mets.Handler(), Requests: mets, WebhookGuard: guard, RateLimit: limiter,
+		Metrics: mets.Handler(), Requests: mets, WebhookGuard: guard, RateLimit: limiter, WebhookDeliveries: deliveries,
 		WebhooksChanged: func() {
 			if err := deliveries.Refresh(ctx); err != nil {
 				log.Error("refreshing webhooks", "err", err)

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -257,10 +258,22 @@ func TestUIBrowser(t *testing.T) {
 	needs(t)
 	chromiumPath(t)
 	ctx := context.Background()
-	d := startDaemon(t, torporBin(t), t.TempDir())
+	// The webhooks view shows a failing endpoint: a loopback receiver
+	// answering 500, which webhooks reach only when allowed.
+	dataDir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dataDir, "torpor.toml"), []byte("webhook_allow_cidrs = [\"127.0.0.0/8\"]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	failingHook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusInternalServerError) }))
+	defer failingHook.Close()
+	d := startDaemon(t, torporBin(t), dataDir)
 	shots := uiScreenshotDir(t)
 	key, cl := tenantClient(t, d, "acme")
 	_, other := tenantClient(t, d, "globex")
+	hook, err := cl.CreateWebhook(ctx, failingHook.URL+"/hook")
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	theirs, err := other.Create(ctx, torpor.CreateRequest{Template: "base", Metadata: map[string]string{"owner": "globex"}})
 	if err != nil {
@@ -464,11 +477,27 @@ func TestUIBrowser(t *testing.T) {
 		for _, v := range []struct{ hash, cond string }{
 			{"#/templates", `[...document.querySelectorAll("#t-rows td")].some(td => td.textContent === "base")`},
 			{"#/capacity", `document.querySelector("#c-bars .bar") && document.querySelector("#c-runtimes li")`},
-			{"#/webhooks", `document.querySelector("#w-rows tr")`},
 		} {
 			b.route(v.hash)
 			b.waitJS(v.hash, v.cond)
 		}
+	}
+
+	step(t, "webhooks with their delivery state")
+	{
+		// The sandboxes made since the webhook was registered are events
+		// its receiver refused.
+		waitUntil(t, "a failed delivery", func() bool {
+			hooks, err := cl.Webhooks(ctx)
+			return err == nil && len(hooks) == 1 && hooks[0].Delivery != nil && hooks[0].Delivery.ConsecutiveFailures > 0
+		})
+		b.route("#/webhooks")
+		row := `document.querySelector('#w-rows tr[data-id="` + hook.ID + `"]')`
+		b.waitJS("the failing webhook", row+` && `+row+`.classList.contains("failing") && `+row+`.querySelector(".badge.failed").textContent === "failing"`)
+		b.waitJS("its delivery columns", row+`.querySelector("td.delivered").textContent === "0" && Number(`+row+`.querySelector("td.behind").textContent) >= 1 && `+
+			row+`.querySelector("td.last").textContent.endsWith("· 500") && Number(`+row+`.querySelector("td.failures").textContent) >= 1 && `+
+			`/^in |ago$/.test(`+row+`.querySelector("td.retry").textContent)`)
+		b.screenshot(shots, "webhooks.png")
 	}
 
 	step(t, "the list with sandboxes in several states")

@@ -183,6 +183,10 @@ func (g *Guard) CheckURL(ctx context.Context, raw string) error {
 	return nil
 }
 
+// ErrGuarded is wrapped by a delivery the guard refused to dial; the
+// dispatcher's state reports only that, never which address or rule.
+var ErrGuarded = errors.New("webhook: the address is refused by the daemon's webhook guard")
+
 // client returns the delivery client: it dials only addresses the guard
 // allows, checked on the address actually dialled after resolution, uses
 // no proxy, follows no redirect (a 3xx is not an acknowledgement, and
@@ -191,10 +195,10 @@ func (g *Guard) client() *http.Client {
 	dialer := &net.Dialer{Timeout: 10 * time.Second, Control: func(network, address string, _ syscall.RawConn) error {
 		ap, err := netip.ParseAddrPort(address)
 		if err != nil {
-			return fmt.Errorf("webhook: refusing to dial %q: %w", address, err)
+			return fmt.Errorf("%w: refusing to dial %q: %w", ErrGuarded, address, err)
 		}
 		if err := g.check(ap); err != nil {
-			return fmt.Errorf("webhook: refusing to deliver to %s: %w", ap, err)
+			return fmt.Errorf("%w: refusing to deliver to %s: %w", ErrGuarded, ap, err)
 		}
 		return nil
 	}}

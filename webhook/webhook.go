@@ -9,15 +9,18 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/torpor-dev/torpor"
@@ -53,6 +56,9 @@ type Config struct {
 	// Backoff is the first wait after a failed delivery (default 1 s); it
 	// doubles up to MaxBackoff (default 5 minutes).
 	Backoff, MaxBackoff time.Duration
+	// Clock stamps the delivery state (nil: the system clock). Backoff
+	// waits and signature timestamps use the real time.
+	Clock torpor.Clock
 }
 
 // Dispatcher runs one delivery loop per webhook.
@@ -63,6 +69,20 @@ type Dispatcher struct {
 	workers map[string]context.CancelFunc
 	wg      sync.WaitGroup
 	ctx     context.Context
+	// states is each webhook's delivery state, in memory only: a restart
+	// starts it again (the cursor, in the store, is what survives).
+	states map[string]*state
+}
+
+// state is what the dispatcher remembers of a webhook's attempts.
+type state struct {
+	delivered   int64
+	cursor      int64 // the last seq acknowledged, maybe ahead of the store
+	lastAt      time.Time
+	lastStatus  int
+	lastErr     string
+	failures    int
+	nextRetryAt time.Time
 }
 
 // New returns a dispatcher; Run starts it.
@@ -87,7 +107,10 @@ func New(cfg Config) *Dispatcher {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Dispatcher{cfg: cfg, log: log, workers: map[string]context.CancelFunc{}}
+	if cfg.Clock == nil {
+		cfg.Clock = torpor.SystemClock{}
+	}
+	return &Dispatcher{cfg: cfg, log: log, workers: map[string]context.CancelFunc{}, states: map[string]*state{}}
 }
 
 // Run starts a loop for every stored webhook and returns; the loops stop
@@ -131,6 +154,7 @@ func (d *Dispatcher) Refresh(ctx context.Context) error {
 		if !seen[id] {
 			cancel()
 			delete(d.workers, id)
+			delete(d.states, id)
 		}
 	}
 	return nil
@@ -167,13 +191,25 @@ func (d *Dispatcher) loop(ctx context.Context, w torpor.Webhook) {
 func (d *Dispatcher) deliverWithRetry(ctx context.Context, w torpor.Webhook, ev torpor.Event) bool {
 	wait := d.cfg.Backoff
 	for attempt := 1; ; attempt++ {
-		err := d.deliver(ctx, w, ev)
+		status, err := d.deliver(ctx, w, ev)
 		if err == nil {
+			d.record(w.ID, func(s *state) {
+				s.delivered++
+				s.cursor = ev.Seq
+				s.lastAt, s.lastStatus, s.lastErr = d.cfg.Clock.Now(), status, ""
+				s.failures, s.nextRetryAt = 0, time.Time{}
+			})
 			return true
 		}
 		if ctx.Err() != nil {
 			return false
 		}
+		d.record(w.ID, func(s *state) {
+			now := d.cfg.Clock.Now()
+			s.lastAt, s.lastStatus, s.lastErr = now, status, describe(err, status)
+			s.failures++
+			s.nextRetryAt = now.Add(wait)
+		})
 		d.log.Warn("webhook delivery failed; retrying", "webhook", w.ID, "seq", ev.Seq, "attempt", attempt, "in", wait, "err", err)
 		select {
 		case <-ctx.Done():
@@ -184,16 +220,87 @@ func (d *Dispatcher) deliverWithRetry(ctx context.Context, w torpor.Webhook, ev 
 	}
 }
 
-// deliver POSTs one event, signed.
-func (d *Dispatcher) deliver(ctx context.Context, w torpor.Webhook, ev torpor.Event) error {
+// record changes id's state under the lock.
+func (d *Dispatcher) record(id string, change func(*state)) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, running := d.workers[id]; !running {
+		return // removed meanwhile: keep no state for it
+	}
+	s := d.states[id]
+	if s == nil {
+		s = &state{}
+		d.states[id] = s
+	}
+	change(s)
+}
+
+// WebhookDelivery returns w's delivery state: what this dispatcher saw
+// since it started, and how many of the tenant's events wait after the
+// cursor. Counting those, not subtracting seqs, keeps other tenants'
+// events (which share the seq) out of it.
+func (d *Dispatcher) WebhookDelivery(ctx context.Context, w torpor.Webhook) torpor.WebhookDelivery {
+	var out torpor.WebhookDelivery
+	cursor := w.Cursor
+	d.mu.Lock()
+	if s := d.states[w.ID]; s != nil {
+		out.Delivered, out.LastStatus, out.LastError, out.ConsecutiveFailures = s.delivered, s.lastStatus, s.lastErr, s.failures
+		if !s.lastAt.IsZero() {
+			t := s.lastAt.UTC()
+			out.LastAttemptAt = &t
+		}
+		if !s.nextRetryAt.IsZero() {
+			t := s.nextRetryAt.UTC()
+			out.NextRetryAt = &t
+		}
+		cursor = max(cursor, s.cursor)
+	}
+	d.mu.Unlock()
+	evs, err := d.cfg.Store.ListEvents(ctx, torpor.EventFilter{After: cursor, Tenant: w.Tenant, Limit: torpor.MaxWebhookBehind})
+	if err != nil {
+		d.log.Warn("webhook backlog", "webhook", w.ID, "err", err)
+	}
+	out.Behind = int64(len(evs))
+	return out
+}
+
+// describe says why an attempt failed in words fit for the tenant: the
+// status, or the kind of network failure, never the URL (which may carry
+// a token), the secret, or the guard's reasons.
+func describe(err error, status int) string {
+	var nerr net.Error
+	var dnsErr *net.DNSError
+	var opErr *net.OpError
+	switch {
+	case status != 0:
+		return fmt.Sprintf("the endpoint answered %d %s", status, http.StatusText(status))
+	case errors.Is(err, ErrGuarded):
+		return "the address is refused by the daemon's webhook guard"
+	case errors.As(err, &nerr) && nerr.Timeout():
+		return "the endpoint did not answer in time"
+	case errors.As(err, &dnsErr):
+		return "could not resolve the endpoint's host"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "the endpoint refused the connection"
+	case errors.As(err, &opErr) && opErr.Op == "dial":
+		return "could not connect to the endpoint"
+	case errors.As(err, new(*tls.CertificateVerificationError)) || errors.As(err, new(tls.RecordHeaderError)):
+		return "the TLS handshake with the endpoint failed"
+	default:
+		return "the delivery failed before an answer"
+	}
+}
+
+// deliver POSTs one event, signed; the status is 0 when no answer came.
+func (d *Dispatcher) deliver(ctx context.Context, w torpor.Webhook, ev torpor.Event) (int, error) {
 	body, err := json.Marshal(ev)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	ts := strconv.FormatInt(time.Now().Unix(), 10)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.URL, bytes.NewReader(body))
 	if err != nil {
-		return err
+		return 0, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(HeaderTimestamp, ts)
@@ -202,14 +309,14 @@ func (d *Dispatcher) deliver(ctx context.Context, w torpor.Webhook, ev torpor.Ev
 	req.Header.Set(HeaderEventSeq, strconv.FormatInt(ev.Seq, 10))
 	resp, err := d.cfg.Client.Do(req)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return fmt.Errorf("the endpoint answered %s", resp.Status)
+		return resp.StatusCode, fmt.Errorf("the endpoint answered %s", resp.Status)
 	}
-	return nil
+	return resp.StatusCode, nil
 }
 
 // Sign returns the hex HMAC-SHA256, keyed with secret, of the timestamp, a

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strconv"
 	"text/tabwriter"
 	"time"
 
@@ -51,12 +52,34 @@ func (c *cli) webhooksCmd() *cobra.Command {
 }
 
 // printWebhooks lists endpoints, one a row, with how far each has
-// delivered.
+// delivered and how its deliveries are going (counted since the daemon
+// started; BEHIND counts the events still to send).
 func (c *cli) printWebhooks(hooks []torpor.Webhook) error {
 	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tURL\tDELIVERED UP TO\tCREATED")
+	fmt.Fprintln(tw, "ID\tURL\tDELIVERED UP TO\tDELIVERED\tFAILURES\tLAST STATUS\tBEHIND\tCREATED")
 	for _, w := range hooks {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", w.ID, w.URL, w.Cursor, w.CreatedAt.Local().Format(time.DateTime))
+		delivered, failures, last, behind := "-", "-", "-", "-"
+		if d := w.Delivery; d != nil {
+			delivered, failures, behind = strconv.FormatInt(d.Delivered, 10), strconv.Itoa(d.ConsecutiveFailures), strconv.FormatInt(d.Behind, 10)
+			if d.Behind >= torpor.MaxWebhookBehind {
+				behind += "+"
+			}
+			last = lastAttempt(d)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", w.ID, w.URL, w.Cursor, delivered, failures, last, behind, w.CreatedAt.Local().Format(time.DateTime))
 	}
 	return tw.Flush()
+}
+
+// lastAttempt is the LAST STATUS cell: the status code, or the error when
+// no answer came, or "-" before the first attempt.
+func lastAttempt(d *torpor.WebhookDelivery) string {
+	switch {
+	case d.LastAttemptAt == nil:
+		return "-"
+	case d.LastStatus != 0:
+		return strconv.Itoa(d.LastStatus)
+	default:
+		return d.LastError
+	}
 }

@@ -1425,16 +1425,32 @@
     try {
       const r = await api("GET", "/v1/webhooks");
       const frag = document.createDocumentFragment();
-      for (const w of r.webhooks || []) {
-        frag.append(el("tr", {}, el("td", { class: "mono", text: w.id }), el("td", { text: w.url }), el("td", { text: when(w.created_at) }),
-          el("td", { class: "num", text: String(w.cursor) }), el("td", { class: "num", text: String(Math.max(0, st.cursor - w.cursor)) }),
-          el("td", {}, el("button", { type: "button", class: "danger", text: "Remove", onclick: () => removeWebhook(w.id) }))));
-      }
+      for (const w of r.webhooks || []) frag.append(webhookRow(w));
       tbody.replaceChildren(frag);
-      if (!(r.webhooks || []).length) tbody.append(el("tr", {}, el("td", { colspan: 6, class: "muted", text: "No webhooks." })));
+      if (!(r.webhooks || []).length) tbody.append(el("tr", {}, el("td", { colspan: 10, class: "muted", text: "No webhooks." })));
     } catch (e) {
       $("w-error").textContent = e.message;
     }
+  }
+
+  // webhookRow is one webhook with its delivery state (counted since the
+  // daemon started); a webhook whose last attempt failed is marked
+  // "failing". Without a delivery object (an older server) the backlog is
+  // estimated from the event cursor.
+  function webhookRow(w) {
+    const d = w.delivery || {};
+    const failing = (d.consecutive_failures || 0) > 0;
+    const behind = w.delivery ? String(d.behind) + (d.behind >= 1000 ? "+" : "") : String(Math.max(0, st.cursor - w.cursor));
+    const last = d.last_attempt_at ? when(d.last_attempt_at) + " · " + (d.last_status ? String(d.last_status) : d.last_error || "") : "—";
+    return el("tr", { "data-id": w.id, class: failing ? "failing" : "" },
+      el("td", { class: "mono", text: w.id }), el("td", { text: w.url }), el("td", { text: when(w.created_at) }),
+      el("td", { class: "num", text: String(w.cursor) }),
+      el("td", { class: "num delivered", text: w.delivery ? String(d.delivered) : "—" }),
+      el("td", { class: "num behind", text: behind }),
+      el("td", { class: "last", title: d.last_error || "" }, failing && el("span", { class: "badge failed", text: "failing" }), failing && " ", last),
+      el("td", { class: "num failures", text: w.delivery ? String(d.consecutive_failures) : "—" }),
+      el("td", { class: "retry", text: d.next_retry_at ? until(d.next_retry_at) : "—" }),
+      el("td", {}, el("button", { type: "button", class: "danger", text: "Remove", onclick: () => removeWebhook(w.id) })));
   }
 
   async function addWebhook(ev) {
