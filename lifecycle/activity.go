@@ -6,8 +6,9 @@ import (
 )
 
 // activity is what the engine knows of each sandbox's use that the store
-// does not (yet) hold: operations under way, proxied traffic noted but not
-// yet flushed, proxied requests under way, and the last CPU sample. The
+// does not (yet) hold: operations under way, activity (proxied traffic,
+// the starts and ends of operations) noted but not yet flushed, proxied
+// requests under way, and the last CPU sample. The
 // idle sweep consults it before it acts (see deferIdle), so a sandbox in
 // use is never paused under its user. It is safe for concurrent use: the
 // proxy notes traffic on its hot path, so every call is a short critical
@@ -21,7 +22,7 @@ type activity struct {
 	ops      map[string]int           // operations under way (operate to done)
 	stopping map[string]bool          // a pause or hibernation is under way
 	quiets   map[string]chan struct{} // closed when a sandbox's ops reach 0
-	traffic  map[string]time.Time     // the latest traffic not yet flushed
+	traffic  map[string]time.Time     // the latest activity not yet flushed
 	inflight map[string]int           // proxied requests under way
 	samples  map[string]cpuSample     // the last CPU sample the sweep took
 }
@@ -142,6 +143,16 @@ func (a *activity) pendingTraffic(id string) (time.Time, bool) {
 	defer a.mu.Unlock()
 	t, ok := a.traffic[id]
 	return t, ok
+}
+
+// latest is when a running sandbox whose store record says it was last
+// active at stored was last active: later when activity noted since is
+// not yet flushed.
+func (a *activity) latest(id string, stored time.Time) time.Time {
+	if t, ok := a.pendingTraffic(id); ok && t.After(stored) {
+		return t
+	}
+	return stored
 }
 
 // takeTraffic returns the pending traffic of every sandbox and forgets it,

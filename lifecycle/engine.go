@@ -457,13 +457,17 @@ func checkPauseMode(rt torpor.Runtime, sb *torpor.Sandbox) error {
 // its open usage interval counted into its meters.
 func (e *Engine) view(sb *torpor.Sandbox) *torpor.Sandbox {
 	c := sb.Clone()
+	now := e.now()
+	if sb.State == torpor.StateRunning {
+		// Activity not yet flushed shows, and moves the schedule.
+		c.LastActivityAt = e.act.latest(sb.ID, sb.LastActivityAt)
+	}
+	c.Schedule = schedule(c, e.maxPaused, now)
 	if sb.State == torpor.StateRunning && e.unstoredState(sb.ID) == torpor.StatePausing {
 		// A pause by freeze under way stores no pausing state
 		// (recordsPausing); it shows all the same.
 		c.State = torpor.StatePausing
 	}
-	now := e.now()
-	c.Schedule = schedule(sb, e.maxPaused, now)
 	if r, ok := e.openUsage(sb, now); ok {
 		c.Meters.Add(r)
 	}

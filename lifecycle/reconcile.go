@@ -98,6 +98,11 @@ func (e *Engine) reconcileSandbox(ctx context.Context, sb *torpor.Sandbox) error
 		case torpor.InstanceRunning:
 			e.watch(sb.ID, sb.Handle, rt)
 			sb.PauseMode = ""
+			// Activity noted in memory and not yet flushed (operations,
+			// traffic: see operate) died with the daemon. The restart
+			// counts as activity, so that it can put an idle pause off
+			// but never bring one early.
+			sb.LastActivityAt = e.now()
 			return e.setState(ctx, sb, torpor.StateRunning, e.event(sb, torpor.EventReconciled, "instance", string(st.State)))
 		case torpor.InstanceStopped:
 			return e.recordFailure(ctx, sb, stoppedFailure(st))

@@ -629,15 +629,19 @@ func (e *Engine) Files(ctx context.Context, tenant, id string, write bool) (fsys
 	return fsys, func() { fsys.Close(); finish() }, nil
 }
 
-// activityResolution is how long an operation must last before its end is
-// recorded as activity apart from its start: shorter ones cost no second
-// write.
-const activityResolution = time.Second
-
 // operate prepares an operation on a sandbox (exec, files, code): it wakes
 // the sandbox if it sleeps and its policy allows (a paused one only when
-// wakePaused), records the activity, and marks the sandbox busy so that
-// the idle engine leaves it alone until done is called.
+// wakePaused), notes the activity, and marks the sandbox busy so that the
+// idle engine leaves it alone until done is called.
+//
+// The activity is noted in memory, not stored: an operation costs no
+// write of its own (an fsync, most of what a short exec cost). The idle
+// engine and every view of the sandbox see it at once (activity.latest);
+// it reaches the store with the sandbox's next write or the next traffic
+// flush (trafficFlush), whichever comes first. What a daemon killed in
+// between loses, its restart makes up for: reconcile counts the restart
+// as activity, so a crash can only put an idle pause off, never bring
+// one early (docs/idle.md).
 func (e *Engine) operate(ctx context.Context, tenant, id, what string, wakePaused bool, fn func(sb *torpor.Sandbox) error) (*torpor.Sandbox, error) {
 	return e.withSandbox(ctx, tenant, id, func(sb *torpor.Sandbox) error {
 		if wakePaused || sb.State != torpor.StatePaused {
@@ -648,30 +652,25 @@ func (e *Engine) operate(ctx context.Context, tenant, id, what string, wakePause
 		if err := fn(sb); err != nil {
 			return err
 		}
-		sb.LastActivityAt = e.now()
-		if err := e.save(ctx, sb); err != nil {
-			return err
+		if sb.State == torpor.StateRunning {
+			e.act.noteTraffic(id, e.now(), 0)
 		}
 		e.act.opStarted(id)
 		return nil
 	})
 }
 
-// done ends an operation begun with operate at started and records the
-// activity, unless a pause or hibernation of the sandbox is under way (see
-// drain). It releases the operation before it takes the sandbox's lock,
-// which a drain holding that lock relies on.
+// done ends an operation begun with operate at started and notes the
+// activity as operate does, unless a pause or hibernation of the sandbox
+// is under way (see drain), which makes it moot. It never takes the
+// sandbox's lock, which a drain holding that lock relies on.
 func (e *Engine) done(tenant, id string, started time.Time) {
-	if stopping := e.act.opEnded(id); stopping || e.now().Sub(started) < activityResolution {
+	if stopping := e.act.opEnded(id); stopping {
 		return
 	}
-	_, _ = e.withSandbox(e.bg, tenant, id, func(sb *torpor.Sandbox) error {
-		if sb.State != torpor.StateRunning {
-			return nil
-		}
-		sb.LastActivityAt = e.now()
-		return e.save(e.bg, sb)
-	})
+	if now := e.now(); now.After(started) {
+		e.act.noteTraffic(id, now, 0)
+	}
 }
 
 // wake makes sure sb is running for an operation, resuming it when it is
