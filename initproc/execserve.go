@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -34,8 +35,10 @@ type ExecFrame struct {
 	Proc   *ProcResponse `json:"proc,omitempty"`
 	Stdout []byte        `json:"out,omitempty"`
 	Stderr []byte        `json:"err,omitempty"`
-	// End: the helper exited with Status, having written Report (an
-	// ExecResult) to its result descriptor.
+	// End: the helper's run is over. Report is what it wrote to its
+	// result descriptor (an ExecResult), Status its exit status: the
+	// report's exit code, which it exits with, when it wrote one (the end
+	// then does not wait for its exit).
 	End    bool   `json:"end,omitempty"`
 	Status int    `json:"status,omitempty"`
 	Report []byte `json:"report,omitempty"`
@@ -67,18 +70,22 @@ func (s *codeServer) exec(c net.Conn, br *bufio.Reader, req ProcRequest) {
 			cred = &syscall.Credential{Uid: u.uid, Gid: u.gid, Groups: u.groups}
 		}
 	}
-	p, parent, refusal := s.startHelper(req, cred)
+	p, sp, parent, refusal := s.startHelper(req, cred)
 	if refusal != nil {
 		refuse(*refusal)
 		return
 	}
 	stdinW, outR, errR, resR := parent[0], parent[1], parent[2], parent[3]
 
-	exited := make(chan struct{})
+	// finished is closed once the helper's run is over: it has reported
+	// (or exited); a signal then would reach a helper on its way out.
+	finished := make(chan struct{})
+	var stopped atomic.Bool // a helper asked to stop takes no next run
 	stop := sync.OnceFunc(func() {
 		select {
-		case <-exited:
+		case <-finished:
 		default:
+			stopped.Store(true)
 			_ = p.Signal(syscall.SIGTERM) // the helper kills the command's tree
 		}
 	})
@@ -128,13 +135,29 @@ func (s *codeServer) exec(c net.Conn, br *bufio.Reader, req ProcRequest) {
 		report <- b
 	}()
 
-	state, err := p.Wait()
-	close(exited)
-	status := 128 + int(syscall.SIGKILL)
-	if err == nil {
-		if ws, ok := state.Sys().(syscall.WaitStatus); ok {
-			status = exitstatus.Code(ws)
+	// The helper writes its report last, after its own streams are
+	// closed (see execMain), and exits with the report's exit code: the
+	// report ends the exec, without waiting for the helper's exit (a Go
+	// process's exit takes a millisecond or two), which is reaped
+	// meanwhile. A helper that ends without a report says how it ended by
+	// its exit status.
+	rep := <-report
+	status, reported := reportedStatus(rep)
+	switch {
+	case sp != nil:
+		// A helper that serves runs is reaped by its own watcher.
+		if !reported {
+			<-sp.exited
+			status = sp.status
 		}
+	case !reported:
+		status = waitStatus(p)
+	default:
+		go func() { _, _ = p.Wait() }()
+	}
+	close(finished)
+	if sp != nil {
+		s.putBack(sp, reported && !stopped.Load())
 	}
 	// The helper's streams are its own (the command writes to pipes the
 	// helper pumps), so they end with it; outputSettle bounds the wait for
@@ -148,35 +171,56 @@ func (s *codeServer) exec(c net.Conn, br *bufio.Reader, req ProcRequest) {
 	case <-pumped:
 	case <-time.After(outputSettle):
 	}
-	_ = send(ExecFrame{End: true, Status: status, Report: <-report})
+	_ = send(ExecFrame{End: true, Status: status, Report: rep})
+}
+
+// reportedStatus is the exit code in a helper's report, which is also the
+// helper's exit status; ok is false when rep is not a report.
+func reportedStatus(rep []byte) (status int, ok bool) {
+	var res ExecResult
+	if len(rep) == 0 || json.Unmarshal(rep, &res) != nil {
+		return 0, false
+	}
+	return res.ExitCode, true
+}
+
+// waitStatus waits for p to exit and returns its exit status (that of a
+// SIGKILL when it cannot be had).
+func waitStatus(p *os.Process) int {
+	state, err := p.Wait()
+	if err == nil {
+		if ws, ok := state.Sys().(syscall.WaitStatus); ok {
+			return exitstatus.Code(ws)
+		}
+	}
+	return 128 + int(syscall.SIGKILL)
 }
 
 // startHelper starts the helper of a ProcExec as cred (nil: as this
-// process): the spare one started ahead for its command line when it runs
-// as this process with no stdin, else a new one. It returns the helper
+// process): the spare one, started ahead for its command line, when it
+// runs as this process with no stdin (sp is then that helper, which the
+// caller puts back, see putBack), else a new one. It returns the helper
 // and the ends of its descriptors that the server keeps (execFiles).
-func (s *codeServer) startHelper(req ProcRequest, cred *syscall.Credential) (*os.Process, [4]*os.File, *ProcResponse) {
-	if prefix, rest, ok := splitHelperArgs(req.Cmd); ok && cred == nil && req.NoStdin {
-		sp := s.takeSpare(prefix)
-		// The next exec finds one ready: a helper's own start (a Go
-		// binary's) is most of what an exec costs.
-		go s.startSpare(prefix)
-		if sp != nil {
-			b, _ := json.Marshal(rest)
-			_, err := sp.request.Write(b)
-			sp.request.Close()
-			if err == nil {
-				return sp.p, sp.files, nil
-			}
-			// It died waiting (killed in the sandbox): nothing ran.
-			_ = sp.p.Kill()
-			_, _ = sp.p.Wait()
-			closeAll(sp.files[:])
-		}
-	}
+func (s *codeServer) startHelper(req ProcRequest, cred *syscall.Credential) (*os.Process, *spareHelper, [4]*os.File, *ProcResponse) {
 	files, parent, err := execFiles(req)
 	if err != nil {
-		return nil, parent, &ProcResponse{Conflict: err.Error()}
+		return nil, nil, parent, &ProcResponse{Conflict: err.Error()}
+	}
+	defer closeAll(files[:])
+	if prefix, rest, ok := splitHelperArgs(req.Cmd); ok && cred == nil && req.NoStdin {
+		b, _ := json.Marshal(rest)
+		if len(b) <= maxServedRequest {
+			if sp := s.takeSpare(prefix); sp != nil {
+				if sp.run(b, files[1:]) == nil {
+					return sp.p, sp, parent, nil
+				}
+				// It died waiting (killed in the sandbox): nothing ran.
+				sp.end()
+			}
+			// The next exec finds one ready: a helper's own start (a Go
+			// binary's) is most of what an exec without one costs.
+			go s.startSpare(prefix)
+		}
 	}
 	// The environment and the working directory are the code server's:
 	// those runc exec gives (the sandbox's), which the helper then changes
@@ -184,23 +228,50 @@ func (s *codeServer) startHelper(req ProcRequest, cred *syscall.Credential) (*os
 	p, err := os.StartProcess(req.Cmd[0], req.Cmd, &os.ProcAttr{
 		Env: os.Environ(), Files: files[:], Sys: &syscall.SysProcAttr{Credential: cred},
 	})
-	closeAll(files[:])
 	if err != nil {
 		closeAll(parent[:])
-		return nil, parent, &ProcResponse{Conflict: "cannot start: " + err.Error()}
+		return nil, nil, parent, &ProcResponse{Conflict: "cannot start: " + err.Error()}
 	}
-	return p, parent, nil
+	return p, nil, parent, nil
 }
 
 // spareHelper is a helper started ahead, as the code server, with stdin on
-// /dev/null: it waits for the rest of its command line on its request
-// pipe.
+// /dev/null, that serves runs one after the other (`init exec -serve-fd`,
+// see serveExecs): each exec costs it no process start.
 type spareHelper struct {
-	prefix  []string // its command line, up to the request
-	p       *os.Process
-	request *os.File
-	files   [4]*os.File // as execFiles
+	prefix []string // its command line, up to the socket
+	p      *os.Process
+	conn   *os.File // the server's end of its socket
+	// exited is closed when the helper has exited, with status.
+	exited chan struct{}
+	status int
 }
+
+// run hands the helper a run: the rest of its command line and the run's
+// stdout, stderr and result descriptors.
+func (sp *spareHelper) run(rest []byte, files []*os.File) error {
+	fds := make([]int, len(files))
+	for i, f := range files {
+		fds[i] = int(f.Fd())
+	}
+	return syscall.Sendmsg(int(sp.conn.Fd()), rest, syscall.UnixRights(fds...), nil, syscall.MSG_NOSIGNAL)
+}
+
+// stays reports whether the helper takes another run: it closes its end
+// of the socket before it reports a run after which it leaves.
+func (sp *spareHelper) stays() bool {
+	select {
+	case <-sp.exited:
+		return false
+	default:
+	}
+	var b [1]byte
+	_, _, err := syscall.Recvfrom(int(sp.conn.Fd()), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+	return err == syscall.EAGAIN
+}
+
+// end closes the helper's socket, which ends a helper waiting for a run.
+func (sp *spareHelper) end() { sp.conn.Close() }
 
 // splitHelperArgs splits a helper's command line after `init exec
 // -result-fd 3`: what a spare helper is started with, and the rest.
@@ -228,6 +299,25 @@ func (s *codeServer) takeSpare(prefix []string) *spareHelper {
 	return sp
 }
 
+// putBack makes sp, whose run is over, the spare again when it stays for
+// another (ok: its run ended normally) and no other took its place; else
+// it ends, and a new one is started in its stead.
+func (s *codeServer) putBack(sp *spareHelper, ok bool) {
+	if ok && sp.stays() {
+		s.spareMu.Lock()
+		if s.spare == nil && !s.spareStarting {
+			s.spare = sp
+			s.spareMu.Unlock()
+			return
+		}
+		s.spareMu.Unlock()
+		sp.end()
+		return
+	}
+	sp.end()
+	go s.startSpare(sp.prefix)
+}
+
 // startSpare starts a spare helper for prefix unless there is one (one
 // for another command line is replaced).
 func (s *codeServer) startSpare(prefix []string) {
@@ -241,9 +331,7 @@ func (s *codeServer) startSpare(prefix []string) {
 	s.spare = nil
 	s.spareMu.Unlock()
 	if old != nil {
-		old.request.Close() // it ends, reading no request
-		closeAll(old.files[:])
-		go func() { _, _ = old.p.Wait() }()
+		old.end()
 	}
 	sp := startSpareHelper(prefix)
 	s.spareMu.Lock()
@@ -252,23 +340,30 @@ func (s *codeServer) startSpare(prefix []string) {
 }
 
 func startSpareHelper(prefix []string) *spareHelper {
-	files, parent, err := execFiles(ProcRequest{NoStdin: true})
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil
 	}
-	reqR, reqW, err := os.Pipe()
+	conn, theirs := os.NewFile(uintptr(fds[0]), "spare"), os.NewFile(uintptr(fds[1]), "spare")
+	defer theirs.Close()
+	null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
 	if err != nil {
-		closeAll(append(files[:], parent[:]...))
+		conn.Close()
 		return nil
 	}
-	argv := append(slices.Clip(prefix), "-request-fd", "4")
-	p, err := os.StartProcess(argv[0], argv, &os.ProcAttr{Env: os.Environ(), Files: append(files[:], reqR)})
-	closeAll(append(files[:], reqR))
+	defer null.Close()
+	argv := append(slices.Clip(prefix), "-serve-fd", "4")
+	p, err := os.StartProcess(argv[0], argv, &os.ProcAttr{Env: os.Environ(), Files: []*os.File{null, null, null, null, theirs}})
 	if err != nil {
-		closeAll(append(parent[:], reqW))
+		conn.Close()
 		return nil
 	}
-	return &spareHelper{prefix: slices.Clone(prefix), p: p, request: reqW, files: parent}
+	sp := &spareHelper{prefix: slices.Clone(prefix), p: p, conn: conn, exited: make(chan struct{})}
+	go func() {
+		sp.status = waitStatus(p)
+		close(sp.exited)
+	}()
+	return sp
 }
 
 // closeAll closes the files that are not nil.

@@ -20,7 +20,7 @@ func startExecServer(t *testing.T, execs bool) (string, *codeServer) {
 	t.Cleanup(func() {
 		s.spareMu.Lock()
 		if s.spare != nil {
-			s.spare.request.Close() // it ends
+			s.spare.end()
 		}
 		s.spareMu.Unlock()
 	})
@@ -127,8 +127,34 @@ func TestExecRunsTheHelperStartedAhead(t *testing.T) {
 	if out != "bar /tmp\n" || errs != "e\n" || res.ExitCode != 3 || res.TimedOut {
 		t.Errorf("exec through the helper started ahead: %q %q %+v", out, errs, res)
 	}
-	if sp := spare(); sp != nil && sp.p.Pid == ahead {
-		t.Error("the helper started ahead was not used")
+	// The helper started ahead ran it (the command's parent), and stays
+	// for the next exec: the command left nothing behind.
+	if out, _, _ := run("--", "/bin/sh", "-c", "echo $PPID"); strings.TrimSpace(out) != strconv.Itoa(ahead) {
+		t.Errorf("the command's parent is %q, want the helper started ahead (%d)", out, ahead)
+	}
+	if sp := spare(); sp == nil || sp.p.Pid != ahead {
+		t.Error("the helper started ahead did not stay for the next exec")
+	}
+	// What the exec before asked for (env, cwd) is gone for this one.
+	wd, _ := os.Getwd()
+	if out, _, _ := run("--", "/bin/sh", "-c", `echo "${FOO-unset} $(pwd) $PPID"`); out != "unset "+wd+" "+strconv.Itoa(ahead)+"\n" {
+		t.Errorf("the next exec in the same helper sees %q, want the server's environment and directory", out)
+	}
+	// One that leaves a process of its tree behind leaves with it: the
+	// next exec gets a helper of its own.
+	if _, _, res := run("--", "/bin/sh", "-c", "sleep 1 & echo started"); res.ExitCode != 0 {
+		t.Fatalf("background: %+v", res)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if sp := spare(); sp != nil && sp.p.Pid != ahead {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the helper whose command left a process behind was used again")
+		}
+	}
+	if out, _, _ := run("--", "/bin/sh", "-c", "echo $PPID"); strings.TrimSpace(out) == strconv.Itoa(ahead) {
+		t.Error("the helper whose command left a process behind ran the next exec")
 	}
 	if _, _, res := run("-timeout", "100ms", "--", "sleep", "100"); !res.TimedOut {
 		t.Errorf("timeout: %+v", res)

@@ -140,6 +140,16 @@ func startPump(r *os.File, w io.Writer) *pump {
 	return p
 }
 
+// finished reports whether the pipe was copied to its end.
+func (p *pump) finished() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
 // maxSettle bounds how long settle waits for output still in the pipe (a
 // background process that keeps writing).
 const maxSettle = 2 * time.Second
