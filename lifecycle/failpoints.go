@@ -31,6 +31,16 @@ import "strings"
 // their before-runtime and after-runtime points come before the one write
 // that stores where they land. The idle engine's pauses by freeze still
 // store pausing first, and so pass pausing's points (InBetweenFailpoints).
+//
+// A create that claims a warm pool's member (pool.go) boots nothing and
+// passes none of create's or starting's points: its transition is named
+// claim, and its runtime call is the thaw, which comes before its one
+// write, so its steps are:
+//
+//   - after-thaw: the member's instance runs, and its record is still
+//     the pool's, frozen (a restart removes it; no tenant heard of it);
+//   - after-store: the claimant's record is stored, running, and its
+//     on-start hooks have not run yet.
 var failpoints = []string{
 	"create.before-store",
 	"create.before-runtime",
@@ -66,6 +76,9 @@ var failpoints = []string{
 	"terminating.before-runtime",
 	"terminating.after-runtime",
 	"terminated.after-store",
+
+	"claim.after-thaw",
+	"claim.after-store",
 }
 
 // Failpoints returns the name of every point at which the engine calls

@@ -150,6 +150,23 @@ var crashPaths = []crashPath{
 	{"delete frozen", newPaused(torpor.PauseFreeze), doDelete, terminatingPoints(torpor.StatePaused)},
 	{"delete snapshotted", newPaused(torpor.PauseSnapshot), doDelete, terminatingPoints(torpor.StatePaused)},
 	{"delete hibernated", newHibernated, doDelete, terminatingPoints(torpor.StateHibernated)},
+	// A create that claims a pool's member: cut short after the thaw,
+	// before its one write, no tenant has a sandbox (the restart removes
+	// the thawed member); after the write, the claimant's sandbox runs.
+	{"claim", withWarmMember, func(e *env, _ string) { e.create(torpor.CreateRequest{}) }, []crashPoint{
+		{"claim.after-thaw", ""},
+		{"claim.after-store", torpor.StateRunning},
+	}},
+}
+
+// withWarmMember restarts the engine with a warm pool of one for the
+// template creates use, and waits until its member is ready to be
+// claimed; the sandbox is the create's ("").
+func withWarmMember(e *env) string {
+	e.opts = append(e.opts, withPools(map[string]int{"base": 1}))
+	e.restart()
+	e.waitReady("base", 1)
+	return ""
 }
 
 // TestCrashAtEveryFailpoint crashes the engine at every point of every

@@ -588,6 +588,10 @@ func (e *Engine) claimMember(ctx context.Context, m member, want *torpor.Sandbox
 		e.removeLater(m.id)
 		return nil, false, nil
 	}
+	// A crash here leaves a running instance whose record is still the
+	// pool's, frozen: a restart's reconcile removes it, and no tenant
+	// ever heard of it.
+	e.fail("claim.after-thaw")
 	now := e.now()
 	// The pool's time is the pool's (its rows carry PoolTenant): the
 	// claimant's meters start at the claim.
@@ -606,6 +610,10 @@ func (e *Engine) claimMember(ctx context.Context, m member, want *torpor.Sandbox
 		e.hold(old, torpor.StatePaused)
 		return nil, false, err
 	}
+	// A crash here leaves the claimant's running sandbox, stored, whose
+	// on-start hooks never ran (as a crash after a cold boot's last write
+	// does).
+	e.fail("claim.after-store")
 	e.observe("create", CausePool, start)
 	e.runHooks(ctx, sb, torpor.HookOnStart)
 	return e.view(sb), true, nil
