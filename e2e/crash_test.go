@@ -53,6 +53,10 @@ func TestCrashMatrixVM(t *testing.T) {
 	env := needsVM(t)
 	rig := newCrashRig(t, "vm", env, []string{"--isolation", "vm", "--memory", "256"})
 	cases := crashCases([]torpor.PauseMode{torpor.PauseSnapshot, torpor.PauseFreeze})
+	// The claim cases' warm pool boots the base template's default, a
+	// container: a microVM's create claims none of it, so the claim's
+	// points are the runc matrix's.
+	cases = slices.DeleteFunc(cases, func(c crashCase) bool { return slices.Contains(claimFailpoints, c.arm) })
 	if os.Getenv(soakEnv) == "" {
 		quick := []string{
 			"create/create.before-runtime",
@@ -66,7 +70,7 @@ func TestCrashMatrixVM(t *testing.T) {
 		cases = slices.DeleteFunc(cases, func(c crashCase) bool { return !slices.Contains(quick, c.name) })
 		t.Logf("%d of the VM crash points (%s=1 runs all of them)", len(cases), soakEnv)
 	} else {
-		rig.mustCoverFailpoints(cases)
+		rig.mustCoverFailpoints(cases, claimFailpoints...)
 	}
 	rig.run(t, cases)
 }
@@ -91,7 +95,20 @@ type crashCase struct {
 	// undo, when set, takes back what drive changed of the sandbox
 	// besides its state.
 	undo func(d *daemon, id string)
+	// armEnv is more environment for the armed daemon only (a warm pool
+	// for a create to claim); the daemons before and after it keep none.
+	armEnv []string
+	// check, when set, checks more of the sandbox a restart left.
+	check func(t *testing.T, r *crashRig, d *daemon, sb *torpor.Sandbox)
 }
+
+// claimFailpoints are the points of a create that claims a warm pool's
+// member (lifecycle/failpoints.go).
+var claimFailpoints = []string{"claim.after-thaw", "claim.after-store"}
+
+// warmPool is the pool the claim cases' armed daemon fills: one member
+// of the template a plain create boots.
+const warmPool = "TORPOR_WARM_POOLS=base=1"
 
 var (
 	inRunning    = crashFrom{state: torpor.StateRunning}
@@ -142,6 +159,25 @@ func crashCases(modes []torpor.PauseMode) []crashCase {
 		crashAt{"create.before-runtime", inRunning},
 		crashAt{"starting.after-runtime", inRunning},
 		crashAt{"started.after-store", inRunning})
+	// A create that claims a warm pool's member: the armed daemon fills
+	// its pool, and the create claims the member. Cut short after the
+	// thaw, nothing of the create is stored (the member's record is
+	// still the pool's, and the restart removes it); after its write,
+	// the claimant's sandbox runs, from the pool, billed from the claim.
+	claim := func(t *testing.T, r *crashRig, d *daemon, _ string) {
+		waitPool(t, d, d.client(t), "base", readyIs(1))
+		// The member booted and froze before now: a claimant's sandbox
+		// created, or billed, before this instant holds the pool's time.
+		r.claimFrom = time.Now()
+		crashVerb("create")(t, r, d, "")
+	}
+	add("create/pool", crashFrom{}, claim,
+		crashAt{"claim.after-thaw", crashFrom{}},
+		crashAt{"claim.after-store", inRunning})
+	for i := len(cs) - 2; i < len(cs); i++ {
+		cs[i].armEnv = []string{warmPool}
+	}
+	cs[len(cs)-1].check = checkClaimed
 	for _, m := range modes {
 		pause := crashVerb("pause", "ID", "--mode", string(m))
 		if m == torpor.PauseFreeze {
@@ -249,6 +285,8 @@ type crashRig struct {
 	// tally counts what the checks found, by kind, for the summary.
 	tally map[string]int
 	ran   int
+	// claimFrom is when the claim case's create was sent.
+	claimFrom time.Time
 }
 
 // newCrashRig returns a rig whose sandboxes are all deleted, and checked,
@@ -302,12 +340,12 @@ func (r *crashRig) fail(t *testing.T, kind, format string, args ...any) {
 func (r *crashRig) runCase(t *testing.T, c crashCase) {
 	d := startDaemon(t, r.bin, r.dataDir, r.env...)
 	id := r.prepare(t, d, c.from)
-	before := r.ids(t, d)
+	before, beforeAll := r.ids(t, d), r.allTenantIDs(t, d)
 	d.stop()
 
-	env := r.env
+	env := append(slices.Clone(r.env), c.armEnv...)
 	if c.arm != "" {
-		env = append(slices.Clone(env), failpointEnv+"="+c.arm)
+		env = append(env, failpointEnv+"="+c.arm)
 	}
 	d = startDaemon(t, r.bin, r.dataDir, env...)
 	c.drive(t, r, d, id)
@@ -329,6 +367,13 @@ func (r *crashRig) runCase(t *testing.T, c crashCase) {
 			if id != "" {
 				r.fail(t, "orphan", "a crash before the sandbox was stored left sandbox %s", id)
 			}
+			// Nor does any other tenant see one (a claim cut short
+			// leaves a record of the pool's, which no tenant lists).
+			for _, sb := range r.sandboxesOf(t, d, client.AllTenants) {
+				if !slices.Contains(beforeAll, sb.ID) && sb.ID != id {
+					r.fail(t, "orphan", "a crash before the sandbox was stored left sandbox %s of tenant %s", sb.ID, sb.Tenant)
+				}
+			}
 			r.checkHost(t, d)
 			return
 		}
@@ -342,6 +387,9 @@ func (r *crashRig) runCase(t *testing.T, c crashCase) {
 	}
 	r.checkHost(t, d)
 	r.checkLedger(t, d, id)
+	if c.check != nil {
+		c.check(t, r, d, sb)
+	}
 	if c.from.state == "" {
 		// A new sandbox: it takes over from the carrier, with a file.
 		if r.carrier != "" {
@@ -427,12 +475,68 @@ func (r *crashRig) waitSetup(t *testing.T, d *daemon, had map[string]int) {
 	t.Fatalf("the setup did not start:\n%s", d.logs.String())
 }
 
+// checkClaimed checks the sandbox a crash after a claim's write left: it
+// is the pool's member, now the claimant's, and its ledger and events
+// start at the claim, not at the member's boot (whose time is the pool's).
+func checkClaimed(t *testing.T, r *crashRig, d *daemon, sb *torpor.Sandbox) {
+	t.Helper()
+	if !sb.FromPool {
+		r.fail(t, "state", "sandbox %s was not claimed from the pool (from_pool false)", sb.ID)
+	}
+	if sb.CreatedAt.Before(r.claimFrom) {
+		r.fail(t, "ledger", "sandbox %s is created at %s, before its claim was sent at %s", sb.ID, sb.CreatedAt, r.claimFrom)
+	}
+	cl := d.client(t)
+	evs := sandboxEvents(t, cl, sb.ID)
+	if len(evs) < 2 || evs[0].Type != torpor.EventCreated || evs[0].Attrs["pool"] != "true" || !evs[0].Time.Equal(sb.CreatedAt) {
+		r.fail(t, "ledger", "the events of claimed sandbox %s do not start with its claim at %s: %+v", sb.ID, sb.CreatedAt, evs)
+	}
+	// Every tenant's rows of the sandbox (checkLedger reads its own
+	// tenant's): the member's time before the claim is billed to the
+	// pool, each second once, and none of the claimant's before it.
+	rep, err := cl.Usage(context.Background(), client.UsageQuery{Sandbox: sb.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pooled := 0
+	for _, row := range rep.Rows {
+		switch {
+		case row.Tenant == torpor.PoolTenant:
+			pooled++
+			if row.End.After(sb.CreatedAt) {
+				r.fail(t, "ledger", "the pool is billed for claimed sandbox %s after its claim at %s: %+v", sb.ID, sb.CreatedAt, row)
+			}
+		case row.Start.Before(sb.CreatedAt):
+			r.fail(t, "ledger", "tenant %s is billed for sandbox %s before its claim at %s: %+v", row.Tenant, sb.ID, sb.CreatedAt, row)
+		}
+	}
+	if pooled == 0 {
+		r.fail(t, "ledger", "claimed sandbox %s has no ledger rows of the pool's before the claim", sb.ID)
+	}
+}
+
 func (r *crashRig) sandboxes(t *testing.T, d *daemon) []*torpor.Sandbox {
-	sbs, err := d.client(t).List(context.Background(), client.ListOptions{All: true})
+	return r.sandboxesOf(t, d, "")
+}
+
+// sandboxesOf lists the sandboxes of a tenant ("" the admin key's own,
+// client.AllTenants every tenant's but the warm pools'), terminated ones
+// included.
+func (r *crashRig) sandboxesOf(t *testing.T, d *daemon, tenant string) []*torpor.Sandbox {
+	sbs, err := d.client(t).List(context.Background(), client.ListOptions{All: true, Tenant: tenant})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return sbs
+}
+
+// allTenantIDs returns the ids of every tenant's sandboxes.
+func (r *crashRig) allTenantIDs(t *testing.T, d *daemon) []string {
+	var ids []string
+	for _, sb := range r.sandboxesOf(t, d, client.AllTenants) {
+		ids = append(ids, sb.ID)
+	}
+	return ids
 }
 
 func (r *crashRig) ids(t *testing.T, d *daemon) []string {
@@ -517,6 +621,21 @@ func (r *crashRig) hostProblems(t *testing.T, d *daemon) []string {
 		byID[sb.ID] = sb
 	}
 	var problems []string
+	// A warm pool's members are no tenant's, so their instances, disks
+	// and leases count below as of no sandbox. Only the armed daemon of
+	// a claim case keeps a pool: a daemon removes the members of pools it
+	// does not keep (those it reconciles cut short at once, frozen ones
+	// in the background, which the retries of checkHost wait for), so a
+	// member a later daemon still has is left over.
+	pools, err := d.client(t).Pools(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pools {
+		if p.Ready > 0 {
+			problems = append(problems, fmt.Sprintf("%d members of warm pool %s on a daemon that keeps none (size %d)", p.Ready, p.Template, p.Size))
+		}
+	}
 	// want compares what the host has (by sandbox id) with what each
 	// sandbox of kind should have.
 	want := func(what, kind string, has map[string]int, should func(*torpor.Sandbox) bool) {
@@ -734,7 +853,10 @@ func (r *crashRig) checkLedger(t *testing.T, d *daemon, id string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep, err := cl.Usage(ctx, client.UsageQuery{Sandbox: id})
+	// The sandbox's tenant's rows: an admin key's query of every
+	// tenant's would hold, for a sandbox claimed from a warm pool, the
+	// member's time before the claim, which is the pool's.
+	rep, err := cl.Usage(ctx, client.UsageQuery{Sandbox: id, Tenant: sb.Tenant})
 	if err != nil {
 		t.Fatal(err)
 	}
