@@ -135,6 +135,7 @@ func Run(ctx context.Context, cfg Config, opt Options) error {
 		GPUAttach:      gpuAttach,
 		Failpoint:      failpoint(opt.Getenv(FailpointEnv), log),
 		WarmPools:      warmPools,
+		DataDiskFull:   func() bool { return diskFull(cfg.DataDir) },
 	})
 	if err != nil {
 		return err
@@ -416,4 +417,16 @@ func NewLogger(w io.Writer, level string) *slog.Logger {
 	var l slog.Level
 	_ = l.UnmarshalText([]byte(strings.ToUpper(level)))
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
+}
+
+// diskFull reports whether the file system of dir has no block left that
+// the daemon may use: what a store write or a sandbox's sparse disk image
+// growing there would need. An error (dir unreadable) is not "full": the
+// writes themselves will say what is wrong.
+func diskFull(dir string) bool {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return false
+	}
+	return st.Bavail == 0
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -180,5 +181,26 @@ func TestBootOnFullDiskSaysSo(t *testing.T) {
 	}
 	if sb.State != torpor.StateFailed || sb.Failure == nil || !strings.Contains(sb.Failure.Message, "data disk is full") || strings.Contains(sb.Failure.Message, "/var/lib") {
 		t.Fatalf("boot with no space: %s %+v", sb.State, sb.Failure)
+	}
+}
+
+// Operations that write into a sandbox store nothing of their own, so a
+// full data disk would not refuse them through the store: they ask the
+// probe, and are refused while it says full (reads are e2e's
+// TestFullDataDisk: the fake runtime has no files).
+func TestFullDiskRefusesOperationsThatWrite(t *testing.T) {
+	var full atomic.Bool
+	e := newEnv(t, func(c *lifecycle.Config) { c.DataDiskFull = full.Load })
+	sb := e.create(torpor.CreateRequest{})
+	full.Store(true)
+	if _, err := e.eng.Exec(ctx, "acme", sb.ID, torpor.ExecRequest{Cmd: []string{"true"}}); !torpor.IsDiskFull(err) {
+		t.Fatalf("exec with the data disk full: %v, want disk_full", err)
+	}
+	if _, _, err := e.eng.Files(ctx, "acme", sb.ID, true); !torpor.IsDiskFull(err) {
+		t.Fatalf("a file write with the data disk full: %v, want disk_full", err)
+	}
+	full.Store(false)
+	if _, err := e.eng.Exec(ctx, "acme", sb.ID, torpor.ExecRequest{Cmd: []string{"true"}}); err != nil {
+		t.Fatalf("exec once space is back: %v", err)
 	}
 }

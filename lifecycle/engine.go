@@ -62,6 +62,13 @@ type Config struct {
 	// on it (exec, run_code, files, ...) to end before it goes on and
 	// stops them with the sandbox (DefaultDrainTimeout when 0).
 	DrainTimeout time.Duration
+	// DataDiskFull reports whether the file system of the server's data
+	// dir (the store, the sandboxes' disk images) has no space left. An
+	// operation that can write into a sandbox (exec, code, processes, file
+	// writes) records nothing in the store, so it asks this first: with
+	// the data disk full it is refused (torpor.DiskFull), as a write the
+	// sandbox's sparse image could not keep would be lost. nil: never.
+	DataDiskFull func() bool
 	// Deadlines bound the runtime calls of transitions; zero fields take
 	// DefaultDeadlines'.
 	Deadlines Deadlines
@@ -93,6 +100,8 @@ type Engine struct {
 	defPolicy torpor.LifecyclePolicy
 
 	drainTimeout time.Duration
+	// dataDiskFull is Config.DataDiskFull (nil: the disk never fills).
+	dataDiskFull func() bool
 	deadlines    Deadlines
 	// runs holds, by sandbox id, a channel closed when that sandbox stops
 	// running (see runSignal).
@@ -159,6 +168,7 @@ func New(cfg Config) (*Engine, error) {
 		act:       newActivity(cfg.CPUActivity),
 
 		drainTimeout: cfg.DrainTimeout,
+		dataDiskFull: cfg.DataDiskFull,
 		deadlines:    cfg.Deadlines.orDefault(),
 		runs:         map[string]chan struct{}{},
 

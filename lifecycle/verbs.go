@@ -643,6 +643,12 @@ func (e *Engine) Files(ctx context.Context, tenant, id string, write bool) (fsys
 // as activity, so a crash can only put an idle pause off, never bring
 // one early (docs/idle.md).
 func (e *Engine) operate(ctx context.Context, tenant, id, what string, wakePaused bool, fn func(sb *torpor.Sandbox) error) (*torpor.Sandbox, error) {
+	if wakePaused && e.dataDiskFull != nil && e.dataDiskFull() {
+		// It would write into the sandbox (a file, or whatever the
+		// command does) what a full host cannot keep: refused, as every
+		// change is while the data disk is full (diskfull.go).
+		return nil, torpor.DiskFull()
+	}
 	return e.withSandbox(ctx, tenant, id, func(sb *torpor.Sandbox) error {
 		if wakePaused || sb.State != torpor.StatePaused {
 			if err := e.wake(ctx, sb, what); err != nil {
