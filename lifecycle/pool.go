@@ -242,9 +242,19 @@ func (e *Engine) SetPool(ctx context.Context, template string, size int, interne
 	}
 	e.pools.mu.Lock()
 	pl := e.pools.getLocked(template)
+	var stale []member
+	if pl.internet != c.AllowInternet {
+		// Members booted with the other network are no longer the
+		// pool's: they go now, so that ready counts only members a
+		// create can claim.
+		stale, pl.ready = pl.ready, nil
+	}
 	pl.size, pl.internet = c.Size, c.AllowInternet
 	st := pl.status(template)
 	e.pools.mu.Unlock()
+	for _, m := range stale {
+		e.removeLater(m.id)
+	}
 	e.pools.kick()
 	return st, nil
 }
