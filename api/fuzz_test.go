@@ -282,6 +282,12 @@ func FuzzAPIRequest(f *testing.F) {
 		if readsTheHost(rt, caller, body) {
 			return
 		}
+		if os.Geteuid() != 0 && (rt == "POST /v1/templates/build" || rt == "POST /v1/templates") {
+			// A template that gets as far as its layer sets the owners of
+			// its files, which needs root (TestTemplateImportUseAndDelete
+			// skips so too); without root these inputs are not fuzzed.
+			return
+		}
 		req, sandbox, err := w.fuzzRequest(rt, who, caller, ctype, seg, query, body)
 		if err != nil {
 			t.Fatal(err)
