@@ -171,6 +171,31 @@ func (f *fixture) awaitPaused(id string, within time.Duration) torpor.State {
 // path (a 404 when none).
 func (f *fixture) rawServer(t testing.TB) string {
 	f.raw, f.rawClose, f.rawSeen, f.rawEarly = map[string]string{}, map[string]bool{}, map[string]int{}, map[string]bool{}
+	return serveRequests(t, func(c net.Conn, req *http.Request) bool {
+		f.rawMu.Lock()
+		early := f.rawEarly[req.URL.Path]
+		f.rawMu.Unlock()
+		if !early {
+			io.Copy(io.Discard, req.Body)
+		}
+		f.rawMu.Lock()
+		f.rawSeen[req.URL.Path]++
+		answer, ok := f.raw[req.URL.Path]
+		closeAfter := f.rawClose[req.URL.Path]
+		f.rawMu.Unlock()
+		if !ok {
+			answer = "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"
+		}
+		_, err := io.WriteString(c, answer)
+		return err == nil && !closeAfter
+	})
+}
+
+// serveRequests listens on a local port and hands each request read on
+// each connection to answer, which writes what it likes to the connection
+// and says whether to read the next request (false closes it). It returns
+// the listener's address.
+func serveRequests(t testing.TB, answer func(c net.Conn, req *http.Request) bool) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -187,24 +212,7 @@ func (f *fixture) rawServer(t testing.TB) string {
 				br := bufio.NewReader(c)
 				for {
 					req, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					f.rawMu.Lock()
-					early := f.rawEarly[req.URL.Path]
-					f.rawMu.Unlock()
-					if !early {
-						io.Copy(io.Discard, req.Body)
-					}
-					f.rawMu.Lock()
-					f.rawSeen[req.URL.Path]++
-					answer, ok := f.raw[req.URL.Path]
-					closeAfter := f.rawClose[req.URL.Path]
-					f.rawMu.Unlock()
-					if !ok {
-						answer = "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"
-					}
-					if _, err := io.WriteString(c, answer); err != nil || closeAfter {
+					if err != nil || !answer(c, req) {
 						return
 					}
 				}

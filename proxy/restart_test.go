@@ -1,7 +1,6 @@
 package proxy_test
 
 import (
-	"bufio"
 	"context"
 	"io"
 	"net"
@@ -20,45 +19,25 @@ import (
 func TestARequestCutByARestart(t *testing.T) {
 	f := newFixture(t)
 	sb := f.create(t, torpor.CreateRequest{Ports: []torpor.PortSpec{{Port: 9100, Public: true}}})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
 	// The server restarts the sandbox under every other request, and
 	// goes with it (the connection closes unanswered).
 	var seen atomic.Int32
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
+	server := serveRequests(t, func(c net.Conn, req *http.Request) bool {
+		io.Copy(io.Discard, req.Body)
+		if seen.Add(1)%2 == 1 {
+			if _, err := f.eng.Restart(ctx, "acme", sb.ID); err != nil {
+				t.Error(err)
 			}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					req, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					io.Copy(io.Discard, req.Body)
-					if seen.Add(1)%2 == 1 {
-						if _, err := f.eng.Restart(ctx, "acme", sb.ID); err != nil {
-							t.Error(err)
-						}
-						return
-					}
-					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nagain")
-				}
-			}()
+			return false
 		}
-	}()
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nagain")
+		return true
+	})
 	dial := f.host.DialFunc
 	f.host.DialFunc = func(ctx context.Context, id, network, addr string) (net.Conn, error) {
 		if addr == "127.0.0.1:9100" {
 			var d net.Dialer
-			return d.DialContext(ctx, network, ln.Addr().String())
+			return d.DialContext(ctx, network, server)
 		}
 		return dial(ctx, id, network, addr)
 	}
