@@ -250,7 +250,20 @@ func newStorm(t *testing.T, d *daemon, size stormSize) *storm {
 type stormSandbox struct {
 	id, token string
 	web, idle bool
+	// deleting is when a worker first sent this sandbox's delete (Unix
+	// nanoseconds; 0: never): an answer cut after that is the delete's.
+	deleting atomic.Int64
 }
+
+// cutByDelete says whether a delete of sb was sent before now, so that
+// an answer whose body broke off may have lost its sandbox under it.
+func (sb *stormSandbox) cutByDelete() bool {
+	at := sb.deleting.Load()
+	return at != 0 && at <= time.Now().UnixNano()
+}
+
+// errCutAnswer is an answer whose status came and whose body broke off.
+var errCutAnswer = errors.New("the answer broke off")
 
 // stormPool holds the sandboxes the storm believes alive: a worker may
 // still pick one another is deleting, as users race.
@@ -349,6 +362,13 @@ func (st *stormStats) record(kind string, sb *stormSandbox, status int, errCode 
 		// 409 capacity would be fine too, but the node lends twice what
 		// the pool holds: none comes.
 		st.problem("%s %s: %s: %v", kind, on, label, err)
+	case errors.Is(err, errCutAnswer) && sb != nil && sb.cutByDelete():
+		// The sandbox was deleted under the answer: its connection is cut
+		// (the client sees the break, never a short body taken as whole).
+		st.mu.Lock()
+		k.codes[label]--
+		k.codes[label+" cut by delete"]++
+		st.mu.Unlock()
 	case err != nil && status < 300:
 		st.problem("%s %s: a wrong answer (%s): %v", kind, on, label, err)
 	}
@@ -407,7 +427,7 @@ func (w *stormWorker) do(c *http.Client, req *http.Request, out any) (int, strin
 	defer resp.Body.Close()
 	data, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return resp.StatusCode, "", fmt.Errorf("reading the answer: %w", err)
+		return resp.StatusCode, "", fmt.Errorf("%w: reading it: %w", errCutAnswer, err)
 	}
 	if resp.StatusCode >= 300 {
 		var eb wire.ErrorBody
@@ -582,6 +602,7 @@ var stormOps = []stormOp{
 		})
 	}},
 	{"delete", 2, func(w *stormWorker, sb *stormSandbox) {
+		sb.deleting.CompareAndSwap(0, time.Now().UnixNano())
 		if w.call("delete", sb, "DELETE", sandboxPath(sb, ""), nil, nil, nil) {
 			w.s.pool.remove(sb)
 		}
@@ -660,6 +681,7 @@ func (s *storm) storm(workers, sandboxes int, d time.Duration) {
 // deleteAll deletes sandboxes, eight at a time.
 func (s *storm) deleteAll(sbs []*stormSandbox) {
 	s.each(sbs, 2000, func(w *stormWorker, sb *stormSandbox) {
+		sb.deleting.CompareAndSwap(0, time.Now().UnixNano())
 		if !w.call("delete", sb, "DELETE", sandboxPath(sb, ""), nil, nil, nil) {
 			s.stats.problem("the final delete of %s failed", sb.id)
 		}
