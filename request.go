@@ -25,6 +25,9 @@ type CreateRequest struct {
 	Isolation string `json:"isolation,omitempty"`
 	// Accel asks for a GPU lease (docs/gpu.md).
 	Accel *AccelRequest `json:"accel,omitempty"`
+	// NodeLabels places the sandbox, in a fleet, on a node that has every
+	// one of these labels (torpor serve --node-label; docs/fleet.md).
+	NodeLabels map[string]string `json:"node_labels,omitempty"`
 	// Caller is who asks: set by the API from the request's key, never
 	// read from the body.
 	Caller Caller `json:"-"`
@@ -135,6 +138,9 @@ func (r *CreateRequest) Validate(l Limits) (Resources, error) {
 	if err := ValidatePorts(r.Ports); err != nil {
 		return Resources{}, err
 	}
+	if err := ValidateNodeLabels("node_labels", r.NodeLabels); err != nil {
+		return Resources{}, err
+	}
 	return res, nil
 }
 
@@ -185,6 +191,31 @@ func ValidateMetadata(param string, m map[string]string) error {
 		}
 		if len(v) > maxValueLen || strings.ContainsRune(v, 0) {
 			return Invalid(param+"."+k, "value must be at most %d bytes of text", maxValueLen)
+		}
+	}
+	return nil
+}
+
+// MaxNodeLabels bounds the node labels a create may ask for.
+const MaxNodeLabels = 16
+
+// nodeLabelRe is what a node label's key and value may be (a value may
+// also be empty): the rule of torpor serve --node-label, so that a create
+// can ask for any label a node can have and for no other.
+var nodeLabelRe = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._/-]{0,62})?$`)
+
+// ValidateNodeLabels checks the node labels a create asks for: at most
+// MaxNodeLabels pairs, keys and values as a node's labels are.
+func ValidateNodeLabels(param string, m map[string]string) error {
+	if len(m) > MaxNodeLabels {
+		return Invalid(param, "at most %d labels", MaxNodeLabels)
+	}
+	for k, v := range m {
+		if !nodeLabelRe.MatchString(k) {
+			return Invalid(param, "label %q must be 1-63 letters, digits, '.', '_', '/' or '-', starting with a letter or digit", truncate(k))
+		}
+		if v != "" && !nodeLabelRe.MatchString(v) {
+			return Invalid(param, "the value of label %s must be up to 63 letters, digits, '.', '_', '/' or '-', starting with a letter or digit", k)
 		}
 	}
 	return nil

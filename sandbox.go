@@ -142,6 +142,18 @@ type Sandbox struct {
 	// FromPool says the sandbox was claimed from a warm pool of its
 	// template (docs/pools.md) rather than booted for its create.
 	FromPool bool `json:"from_pool"`
+	// Node is the fleet node that owns the sandbox, the only one that acts
+	// on it, and NodeEpoch that node's epoch when it took it (a node acts
+	// only while both are its own). Empty: no node holds it (a hibernated
+	// sandbox whose state is in the object store, which any node may
+	// start).
+	Node      string `json:"node"`
+	NodeEpoch int64  `json:"node_epoch"`
+	// Durability says where the sandbox's kept state lives (node: only
+	// on its node; remote: in the object store too), and Remote where the
+	// object store keeps it.
+	Durability Durability   `json:"durability"`
+	Remote     *RemoteState `json:"-"`
 	// Pool names the template of the warm pool a sandbox is a ready
 	// member of, owned by PoolTenant and shown to no one; empty for every
 	// sandbox a tenant owns, a claimed one included.
@@ -228,6 +240,10 @@ func (s *Sandbox) Clone() *Sandbox {
 	if s.Accel != nil {
 		a := *s.Accel
 		c.Accel = &a
+	}
+	if s.Remote != nil {
+		r := *s.Remote
+		c.Remote = &r
 	}
 	if s.TerminatedAt != nil {
 		t := *s.TerminatedAt
@@ -327,6 +343,13 @@ const (
 	// event's time is its last recorded sign of life.
 	EventLost        = "sandbox.lost"
 	EventStateChange = "sandbox.state"
+	// EventUploaded: a hibernated sandbox's disk is in the object store
+	// (durability remote); EventReleased: its node let it go (drained or
+	// declared down), so any node may start it; EventClaimed: a node took
+	// a sandbox no live node held (docs/fleet.md).
+	EventUploaded = "sandbox.uploaded"
+	EventReleased = "sandbox.released"
+	EventClaimed  = "sandbox.claimed"
 )
 
 const idAlphabet = "abcdefghijklmnopqrstuvwxyz0123456789"

@@ -39,6 +39,9 @@ type SandboxFilter struct {
 	// ExceptTenant leaves out the sandboxes of this tenant (the engine's
 	// "every tenant" view hides PoolTenant's with it).
 	ExceptTenant string
+	// Node keeps only the sandboxes this fleet node owns ("" matches
+	// every node's and none's).
+	Node string
 	// States keeps only these states. Empty: every state but terminated,
 	// unless IncludeTerminated.
 	States            []State

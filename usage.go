@@ -384,6 +384,10 @@ func SpansOfEvents(events []Event, end time.Time) []UsageSpan {
 			}
 		case EventHibernated, EventFailed, EventLost:
 			next = UsageHibernated
+			if ev.Type == EventFailed && ev.Attrs["code"] == FailureLost {
+				// Lost with its node: it holds nothing any more.
+				next = UsageNone
+			}
 		case EventTerminated:
 			next = UsageNone
 		}
