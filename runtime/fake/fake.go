@@ -66,7 +66,7 @@ type Runtime struct{ h *Host }
 func New(h *Host) *Runtime { return &Runtime{h: h} }
 
 // FailNext makes the next call of op ("boot", "freeze", "thaw", "stop",
-// "destroy", "exec") fail with err.
+// "destroy", "exec", "export_disk", "import_disk") fail with err.
 func (h *Host) FailNext(op string, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()

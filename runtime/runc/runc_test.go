@@ -85,6 +85,14 @@ func TestRuntime(t *testing.T) {
 		},
 		Template:  torpor.Template{Name: "base", RootFS: base},
 		Processes: true,
+		// Another node's runtime: a directory and cgroup parent of its own.
+		Elsewhere: func(t *testing.T) torpor.Runtime {
+			r, err := New(testConfig(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return r
+		},
 	})
 }
 

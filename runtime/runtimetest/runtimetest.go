@@ -40,6 +40,11 @@ type Harness struct {
 	// processes leaves it nil: the suite then boots an entrypoint that
 	// exits.
 	Exit func(t *testing.T, ref torpor.InstanceRef, code int)
+	// Elsewhere, when set, returns a runtime over other state than New's
+	// (another directory, another host), as another node of a fleet has:
+	// the suite moves disks into it (torpor.DiskArchiver). Nil: they are
+	// moved back into New's runtime after a Destroy.
+	Elsewhere func(t *testing.T) torpor.Runtime
 }
 
 // safety bounds every test so that a hung runtime fails instead of
@@ -69,6 +74,7 @@ var cases = []testCase{
 	{"FreshRuntimeSeesInstance", false, testReattachState},
 	{"StoppedInstanceRefusesVerbs", false, testStopped},
 	{"Snapshot/EndsAndRestoresInstance", false, testSnapshot},
+	{"DiskArchive/ExportStoppedImportElsewhere", false, testDiskArchive},
 	{"Exec/OutputAndExitCode", true, testExecOutput},
 	{"Exec/EnvAndCwd", true, testExecEnvCwd},
 	{"Exec/Stdin", true, testExecStdin},

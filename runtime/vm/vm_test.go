@@ -16,6 +16,8 @@ func TestRuntime(t *testing.T) {
 		New:       func(t *testing.T) torpor.Runtime { return newRuntime(t, cfg) },
 		Template:  tmpl,
 		Processes: true,
+		// Another node's runtime: a directory of its own.
+		Elsewhere: func(t *testing.T) torpor.Runtime { return newRuntime(t, testConfig(t)) },
 	})
 }
 
