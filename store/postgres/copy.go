@@ -39,8 +39,8 @@ var copyTables = []copyTable{
 		columns: []string{"id", "tenant", "admin", "hash", "created_at", "tier"}, bools: []int{2}},
 	{name: "templates", query: `SELECT name, rootfs, created_at, record FROM templates`,
 		columns: []string{"name", "rootfs", "created_at", "record"}},
-	{name: "sandboxes", query: `SELECT id, tenant, state, coalesce(json_extract(record, '$.template'), ''), created_at, version, seen_at, record FROM sandboxes`,
-		columns: []string{"id", "tenant", "state", "template", "created_at", "version", "seen_at", "record"}},
+	{name: "sandboxes", query: `SELECT id, tenant, state, node, coalesce(json_extract(record, '$.template'), ''), created_at, version, seen_at, record FROM sandboxes`,
+		columns: []string{"id", "tenant", "state", "node", "template", "created_at", "version", "seen_at", "record"}},
 	{name: "sandbox_metadata", query: `SELECT sandbox_id, key, value FROM sandbox_metadata`,
 		columns: []string{"sandbox_id", "key", "value"}},
 	{name: "events", query: `SELECT seq, type, sandbox_id, tenant, time, attrs FROM events ORDER BY seq`,
@@ -55,6 +55,10 @@ var copyTables = []copyTable{
 	{name: "key_flags", query: `SELECT seq, key_id, tenant, at, record FROM key_flags ORDER BY seq`,
 		columns: []string{"seq", "key_id", "tenant", "at", "record"}, seq: "seq"},
 	{name: "pools", query: `SELECT template, size, allow_internet FROM pools`, columns: []string{"template", "size", "allow_internet"}, bools: []int{2}},
+	// A node keeps its epoch, so that the epochs its sandboxes were taken
+	// at stay its own.
+	{name: "nodes", query: `SELECT name, address, proxy_address, host, state, epoch, joined_at, heartbeat_at, record, used FROM nodes`,
+		columns: []string{"name", "address", "proxy_address", "host", "state", "epoch", "joined_at", "heartbeat_at", "record", "used"}},
 }
 
 // Progress is told how far a copy is: rows of table done out of total.

@@ -37,10 +37,13 @@ func TestCopyFromSQLite(t *testing.T) {
 	must(src.CreateAPIKey(ctx, torpor.APIKey{ID: "key_1", Tenant: "acme", Admin: true, Hash: "sha256:aa", CreatedAt: t0}))
 	must(src.PutTemplate(ctx, torpor.Template{Name: "base", RootFS: "/rootfs/base", CreatedAt: t0, Layers: []string{"l1"}}))
 	must(src.CreateWebhook(ctx, torpor.Webhook{ID: "wh_1", Tenant: "acme", URL: "https://example.com/h", Secret: "whsec_x", CreatedAt: t0}))
+	epoch, err := src.JoinNode(ctx, torpor.Node{Name: "node-a", Address: "10.0.0.1:7420", Labels: map[string]string{"zone": "eu-1"},
+		Runtimes: []string{"runc"}, Capacity: torpor.Resources{VCPUs: 8}})
+	must(err)
 	var sbs []*torpor.Sandbox
 	for i, id := range []string{"sb_b", "sb_a"} {
 		sb := &torpor.Sandbox{ID: id, Tenant: "acme", Template: "base", State: torpor.StateRunning, CreatedAt: t0.Add(time.Duration(i) * time.Second),
-			Metadata: map[string]string{"owner": "ada"}, Env: map[string]string{"K": "v"}}
+			Metadata: map[string]string{"owner": "ada"}, Env: map[string]string{"K": "v"}, Node: "node-a", NodeEpoch: epoch}
 		must(src.CreateSandbox(ctx, sb, torpor.Event{Type: torpor.EventCreated, SandboxID: id, Tenant: "acme", Time: t0}))
 		sb.State = torpor.StatePaused
 		must(src.UpdateSandboxUsage(ctx, sb, []torpor.UsageRecord{{SandboxID: id, Tenant: "acme", Kind: torpor.UsageRunning,
@@ -63,7 +66,7 @@ func TestCopyFromSQLite(t *testing.T) {
 	must(postgres.CopyFromSQLite(ctx, path, dst, func(table string, done, total int64) {
 		lines = append(lines, table)
 	}))
-	if len(lines) < 12 {
+	if len(lines) < 13 {
 		t.Errorf("progress told of %d tables, want every one: %q", len(lines), lines)
 	}
 
@@ -97,6 +100,8 @@ func TestCopyFromSQLite(t *testing.T) {
 		t.Errorf("key flags after the copy: %+v, %v", flags, err)
 	}
 	same("pools", func(s torpor.Store) (any, error) { return s.(torpor.PoolStore).PoolConfigs(ctx) })
+	same("nodes", func(s torpor.Store) (any, error) { return s.(torpor.NodeStore).ListNodes(ctx) })
+	same("node-a's sandboxes", func(s torpor.Store) (any, error) { return s.ListSandboxes(ctx, torpor.SandboxFilter{Node: "node-a"}) })
 
 	// Numbers carry on after the copied ones; versions too.
 	before, _ := dst.ListEvents(ctx, torpor.EventFilter{})

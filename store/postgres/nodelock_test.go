@@ -2,6 +2,8 @@ package postgres_test
 
 import (
 	"errors"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -53,4 +55,68 @@ func TestExclusiveOpen(t *testing.T) {
 		t.Fatalf("an exclusive Open after the holder closed: %v", err)
 	}
 	b.Close()
+}
+
+// The nodes of a fleet share one database, each under its own name: a
+// second daemon with a node name already running is refused with a
+// message naming it, and a daemon outside the fleet (Exclusive) and the
+// fleet's nodes refuse each other.
+func TestNodeLocks(t *testing.T) {
+	url, dir := pgtest.NewDatabase(t), t.TempDir()
+	ctx := t.Context()
+	openAs := func(node string, exclusive bool) (*postgres.Store, error) {
+		return postgres.Open(ctx, postgres.Options{URL: url, KeyDir: dir, Node: node, Exclusive: exclusive})
+	}
+	a, err := openAs("node-a", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := openAs("node-b", false)
+	if err != nil {
+		t.Fatalf("a second node on the database: %v", err)
+	}
+	defer b.Close()
+
+	// Each refusal waits for a holder that may be going away; together.
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		s, err := openAs("node-a", false)
+		if err == nil {
+			s.Close()
+		}
+		if !errors.Is(err, postgres.ErrNodeInUse) || !strings.Contains(err.Error(), `"node-a"`) {
+			t.Errorf("a second node-a: %v, want ErrNodeInUse naming node-a", err)
+		}
+	})
+	wg.Go(func() {
+		s, err := openAs("", true)
+		if err == nil {
+			s.Close()
+		}
+		if !errors.Is(err, postgres.ErrDatabaseInUse) {
+			t.Errorf("an exclusive daemon beside a fleet: %v, want ErrDatabaseInUse", err)
+		}
+	})
+	wg.Wait()
+
+	a.Close()
+	b.Close()
+	c, err := openAs("", true)
+	if err != nil {
+		t.Fatalf("an exclusive daemon once the fleet left: %v", err)
+	}
+	defer c.Close()
+	if s, err := openAs("node-a", false); !errors.Is(err, postgres.ErrDatabaseInUse) {
+		if err == nil {
+			s.Close()
+		}
+		t.Errorf("a node beside an exclusive daemon: %v, want ErrDatabaseInUse", err)
+	}
+	c.Close()
+	if s, err := openAs("node-a", false); err != nil {
+		t.Errorf("node-a once the database is free: %v", err)
+	} else {
+		s.Close()
+	}
 }

@@ -12,6 +12,10 @@
 //     never skips a row that commits later with a smaller number.
 //   - A usage row's (sandbox, start) is a unique key: a second is charged
 //     once, by the database, not by a check in Go.
+//   - A handle that joined a fleet as a node (JoinNode) writes sandboxes
+//     only while that node is current: each write checks the node's
+//     epoch in its transaction, under a lock DeclareDown takes too, so
+//     no write of a node commits once it is declared down (nodes.go).
 //
 // The schema is made and upgraded by numbered migrations embedded in the
 // binary, applied when the store opens under a session advisory lock, so
@@ -29,6 +33,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -50,8 +55,14 @@ type Options struct {
 	// Exclusive makes Open take the database for this process alone (a
 	// session advisory lock, held until Close), refusing with
 	// ErrDatabaseInUse while another holds it: a daemon takes every
-	// sandbox in its store for its own.
+	// sandbox in its store for its own. Node replaces it.
 	Exclusive bool
+	// Node is the name of the fleet node this process runs as. When set,
+	// Open takes the lock of that name (until Close), refusing with
+	// ErrNodeInUse while another daemon runs as the same node, and shares
+	// the database with the daemons of other node names, but not with an
+	// Exclusive one (ErrDatabaseInUse either way round).
+	Node string
 	// MaxConns bounds the pool (0: pgxpool's default, the larger of 4 and
 	// the number of CPUs).
 	MaxConns int32
@@ -65,6 +76,9 @@ type Store struct {
 	where   string // the redacted URL, for messages
 	lock    *nodeLock
 	url     string // the URL as given, to redact driver errors
+	// fence is the node this handle writes sandboxes as, once it joined
+	// (nodes.go); nil: unfenced.
+	fence atomic.Pointer[fence]
 
 	closeOnce sync.Once
 }
@@ -122,8 +136,8 @@ func Open(ctx context.Context, opt Options) (*Store, error) {
 		return nil, fmt.Errorf("postgres store: %s: %w", where, redactErr(err, opt.URL))
 	}
 	s := &Store{pool: pool, where: where, url: opt.URL}
-	if opt.Exclusive {
-		if s.lock, err = takeNodeLock(ctx, cfg.ConnConfig.Copy(), where); err != nil {
+	if opt.Exclusive || opt.Node != "" {
+		if s.lock, err = takeNodeLock(ctx, cfg.ConnConfig.Copy(), daemonLocks(opt.Node, where), where); err != nil {
 			pool.Close()
 			return nil, redactErr(err, opt.URL)
 		}

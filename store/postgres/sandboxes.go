@@ -16,7 +16,7 @@ import (
 )
 
 // sandboxColumns are what scanSandbox reads, in its order.
-const sandboxColumns = `id, tenant, state, created_at, version, record, seen_at`
+const sandboxColumns = `id, tenant, state, node, created_at, version, record, seen_at`
 
 // CreateSandbox inserts sb with Version 1, and events, in one transaction.
 // An existing id is a conflict. sb.Version is set to 1 once committed.
@@ -30,9 +30,10 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *torpor.Sandbox, events ..
 	}
 	op := fmt.Sprintf("create sandbox %q", sb.ID)
 	err = s.inTx(ctx, op, func(tx pgx.Tx) error {
-		steps := []step{{sql: `INSERT INTO sandboxes (id, tenant, state, template, created_at, version, record, seen_at) VALUES ($1, $2, $3, $4, $5, 1, $6, $7)`,
-			args: []any{sb.ID, sb.Tenant, string(sb.State), sb.Template, micros(sb.CreatedAt), record, micros(sb.Usage.SeenAt)},
-			op:   op, conflict: fmt.Sprintf("sandbox %q already exists", sb.ID)}}
+		steps := append(s.fenceSteps(), step{sql: `INSERT INTO sandboxes (id, tenant, state, node, template, created_at, version, record, seen_at)
+			VALUES ($1, $2, $3, $4, $5, $6, 1, $7, $8)`,
+			args: []any{sb.ID, sb.Tenant, string(sb.State), sb.Node, sb.Template, micros(sb.CreatedAt), record, micros(sb.Usage.SeenAt)},
+			op:   op, conflict: fmt.Sprintf("sandbox %q already exists", sb.ID)})
 		steps = append(steps, metadataSteps(sb.ID, sb.Metadata)...)
 		steps, err := appendLog(steps, nil, events)
 		if err != nil {
@@ -72,9 +73,9 @@ func (s *Store) UpdateSandboxUsage(ctx context.Context, sb *torpor.Sandbox, usag
 	}
 	op := fmt.Sprintf("update sandbox %q", sb.ID)
 	err = s.inTx(ctx, op, func(tx pgx.Tx) error {
-		steps := []step{{sql: `UPDATE sandboxes SET tenant = $1, state = $2, template = $3, created_at = $4, version = version + 1,
-			record = $5, seen_at = GREATEST(seen_at, $6) WHERE id = $7 AND version = $8`,
-			args: []any{sb.Tenant, string(sb.State), sb.Template, micros(sb.CreatedAt), record, micros(sb.Usage.SeenAt), sb.ID, sb.Version},
+		steps := append(s.fenceSteps(), step{sql: `UPDATE sandboxes SET tenant = $1, state = $2, node = $3, template = $4, created_at = $5,
+			version = version + 1, record = $6, seen_at = GREATEST(seen_at, $7) WHERE id = $8 AND version = $9`,
+			args: []any{sb.Tenant, string(sb.State), sb.Node, sb.Template, micros(sb.CreatedAt), record, micros(sb.Usage.SeenAt), sb.ID, sb.Version},
 			op:   op, conflict: fmt.Sprintf("sandbox %q changed in a conflicting way", sb.ID),
 			check: func(ct pgconn.CommandTag) error {
 				if ct.RowsAffected() == 0 {
@@ -82,8 +83,8 @@ func (s *Store) UpdateSandboxUsage(ctx context.Context, sb *torpor.Sandbox, usag
 				}
 				return nil
 			}},
-			{sql: `DELETE FROM sandbox_metadata WHERE sandbox_id = $1`, args: []any{sb.ID}, op: op},
-		}
+			step{sql: `DELETE FROM sandbox_metadata WHERE sandbox_id = $1`, args: []any{sb.ID}, op: op},
+		)
 		steps = append(steps, metadataSteps(sb.ID, sb.Metadata)...)
 		steps, err := appendLog(steps, usage, events)
 		if err != nil {
@@ -172,6 +173,9 @@ func (s *Store) ListSandboxes(ctx context.Context, f torpor.SandboxFilter) ([]*t
 	if f.ExceptTenant != "" {
 		where = append(where, "tenant <> "+arg(f.ExceptTenant))
 	}
+	if f.Node != "" {
+		where = append(where, "node = "+arg(f.Node))
+	}
 	switch {
 	case len(f.States) > 0:
 		states := make([]string, len(f.States))
@@ -208,7 +212,7 @@ func scanSandbox(row pgx.Row) (*torpor.Sandbox, error) {
 		record  string
 		seen    int64
 	)
-	if err := row.Scan(&sb.ID, &sb.Tenant, &state, &created, &sb.Version, &record, &seen); err != nil {
+	if err := row.Scan(&sb.ID, &sb.Tenant, &state, &sb.Node, &created, &sb.Version, &record, &seen); err != nil {
 		return nil, err
 	}
 	sb.State = torpor.State(state)

@@ -7,19 +7,32 @@ import (
 	"time"
 
 	"github.com/torpor-dev/torpor"
+	"github.com/torpor-dev/torpor/store/postgres"
 	"github.com/torpor-dev/torpor/store/postgres/pgtest"
 )
 
-// Two daemons (two stores, each with its own pool) on one database race
-// the same transition of one sandbox: in every round exactly one wins and
-// the other gets a conflict, and only the winner's event is stored. Their
-// events, written at once, reach a follower in order, none skipped.
+// Two daemons (two stores, each with its own pool) on one database, as
+// two nodes of a fleet, race the same transition of one sandbox: in every
+// round exactly one wins and the other gets a conflict, and only the
+// winner's event is stored. Their events, written at once, reach a
+// follower in order, none skipped.
 func TestTwoStoresOneDatabase(t *testing.T) {
 	url, dir := pgtest.NewDatabase(t), t.TempDir()
-	a, b := open(t, url, dir), open(t, url, dir)
-	defer a.Close()
-	defer b.Close()
 	ctx := t.Context()
+	// Two nodes of a fleet, each fencing its writes with its epoch.
+	var stores []*postgres.Store
+	for _, node := range []string{"node-a", "node-b"} {
+		s, err := postgres.Open(ctx, postgres.Options{URL: url, KeyDir: dir, Node: node})
+		if err != nil {
+			t.Fatalf("Open as %s: %v", node, err)
+		}
+		defer s.Close()
+		if _, err := s.JoinNode(ctx, torpor.Node{Name: node}); err != nil {
+			t.Fatal(err)
+		}
+		stores = append(stores, s)
+	}
+	a, b := stores[0], stores[1]
 	t0 := time.Date(2025, 3, 14, 0, 0, 0, 0, time.UTC)
 	sb := &torpor.Sandbox{ID: "sb_race", Tenant: "acme", State: torpor.StateRunning, CreatedAt: t0}
 	if err := a.CreateSandbox(ctx, sb); err != nil {

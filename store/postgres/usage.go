@@ -20,12 +20,10 @@ func (s *Store) MarkSeen(ctx context.Context, t time.Time, ids ...string) error 
 	sorted := slices.Clone(ids)
 	slices.Sort(sorted)
 	return s.inTx(ctx, "mark sandboxes seen", func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, `WITH locked AS (SELECT id FROM sandboxes WHERE id = ANY($2::text[]) ORDER BY id FOR UPDATE)
-			UPDATE sandboxes s SET seen_at = GREATEST(s.seen_at, $1) FROM locked WHERE s.id = locked.id`, micros(t), sorted)
-		if err != nil {
-			return wrap(err, "", "mark sandboxes seen")
-		}
-		return nil
+		return runSteps(ctx, tx, append(s.fenceSteps(), step{
+			sql: `WITH locked AS (SELECT id FROM sandboxes WHERE id = ANY($2::text[]) ORDER BY id FOR UPDATE)
+			UPDATE sandboxes s SET seen_at = GREATEST(s.seen_at, $1) FROM locked WHERE s.id = locked.id`,
+			args: []any{micros(t), sorted}, op: "mark sandboxes seen"}))
 	})
 }
 

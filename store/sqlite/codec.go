@@ -22,6 +22,19 @@ func EncodeSandboxRecord(sb *torpor.Sandbox) (string, error) { return encodeReco
 // DecodeSandboxRecord fills sb's non-column fields from a record column.
 func DecodeSandboxRecord(sb *torpor.Sandbox, data string) error { return decodeRecord(sb, data) }
 
+// EncodeNodeRecord returns the stored JSON forms of the parts of n that
+// are not columns: its record (labels, runtimes, capacity) and what it
+// uses.
+func EncodeNodeRecord(n torpor.Node) (record, used string, err error) { return encodeNode(n) }
+
+// DecodeNodeRecord fills n's non-column fields from its record and used
+// columns.
+func DecodeNodeRecord(n *torpor.Node, record, used string) error { return decodeNode(n, record, used) }
+
+// EncodeResources returns the stored JSON form of r (a node's used
+// column).
+func EncodeResources(r torpor.Resources) (string, error) { return encodeResources(r) }
+
 // EncodeTemplateRecord returns the stored JSON form of the parts of t that
 // are not columns.
 func EncodeTemplateRecord(t torpor.Template) (string, error) {

@@ -75,3 +75,45 @@ func TestMigrateSchema6TenantsGetNoQuota(t *testing.T) {
 		t.Errorf("GetTenant after SetTenantQuota = %+v, %v; want quota %+v", tn, err, q)
 	}
 }
+
+// A sandbox written before fleets (schema 8) reads back owned by no node,
+// with no durability (which the engine reads as node-only), and takes a
+// node afterwards.
+func TestMigrateSchema8SandboxesHaveNoNode(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "torpor.db")
+	db := rawDB(t, path)
+	for i := range 8 {
+		if _, err := db.ExecContext(t.Context(), sqlite.Migration(i)); err != nil {
+			t.Fatalf("migration %d: %v", i+1, err)
+		}
+	}
+	for _, q := range []string{
+		`INSERT INTO sandboxes (id, tenant, state, created_at, version, record, seen_at)
+			VALUES ('sb_old', 'acme', 'hibernated', 1, 3, '{"template":"base","state_since_us":1,"last_activity_at_us":1,"resources":{},"metadata":null,"runtime":{"setup":null,"entrypoint":null},"pause_modes":null,"env":null,"timeout":{},"lifecycle_policy":{"pause_after_idle":{},"hibernate_after_paused":{},"connection_idle":{}},"meters":{}}', 0)`,
+		`PRAGMA user_version = 8`,
+	} {
+		if _, err := db.ExecContext(t.Context(), q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	db.Close()
+
+	s := open(t, path)
+	defer s.Close()
+	sb, err := s.GetSandbox(t.Context(), "sb_old")
+	if err != nil {
+		t.Fatalf("GetSandbox after the migration: %v", err)
+	}
+	if sb.Node != "" || sb.NodeEpoch != 0 || sb.Durability != "" || sb.Remote != nil || sb.Version != 3 {
+		t.Errorf("migrated sandbox: node %q epoch %d durability %q remote %+v version %d; want none of them, version 3",
+			sb.Node, sb.NodeEpoch, sb.Durability, sb.Remote, sb.Version)
+	}
+	sb.Node, sb.NodeEpoch = "node-a", 1
+	if err := s.UpdateSandbox(t.Context(), sb); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.ListSandboxes(t.Context(), torpor.SandboxFilter{Node: "node-a"})
+	if err != nil || len(got) != 1 || got[0].NodeEpoch != 1 {
+		t.Errorf("ListSandboxes of node-a after the update: %+v, %v", got, err)
+	}
+}

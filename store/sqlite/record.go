@@ -45,6 +45,18 @@ type sandboxRecord struct {
 	EndAt          *int64            `json:"end_at_us,omitempty"`
 	EndAfter       int64             `json:"end_after_s,omitempty"`
 	OnEnd          string            `json:"on_end,omitempty"`
+	// The node itself is a column (node), as tenant and state are.
+	NodeEpoch  int64         `json:"node_epoch,omitempty"`
+	Durability string        `json:"durability,omitempty"`
+	Remote     *remoteRecord `json:"remote,omitempty"`
+}
+
+// remoteRecord is where the object store keeps a sandbox's state.
+type remoteRecord struct {
+	Manifest   string `json:"manifest"`
+	Bytes      int64  `json:"bytes"`
+	Boots      int    `json:"boots,omitempty"`
+	UploadedAt int64  `json:"uploaded_at_us"`
 }
 
 type snapshotRecord struct {
@@ -203,6 +215,10 @@ func encodeRecord(sb *torpor.Sandbox) (string, error) {
 		r.EndAt = &us
 	}
 	r.EndAfter, r.OnEnd = sb.EndAfterSeconds, sb.OnEnd
+	r.NodeEpoch, r.Durability = sb.NodeEpoch, string(sb.Durability)
+	if rs := sb.Remote; rs != nil {
+		r.Remote = &remoteRecord{Manifest: rs.Manifest, Bytes: rs.Bytes, Boots: rs.Boots, UploadedAt: micros(rs.UploadedAt)}
+	}
 	if sb.PauseModes != nil {
 		r.PauseModes = make([]string, len(sb.PauseModes))
 		for i, m := range sb.PauseModes {
@@ -276,6 +292,12 @@ func decodeRecord(sb *torpor.Sandbox, data string) error {
 		sb.EndAt = &t
 	}
 	sb.EndAfterSeconds, sb.OnEnd = r.EndAfter, r.OnEnd
+	// A record written before fleets has no durability: "" (the engine
+	// reads it as node).
+	sb.NodeEpoch, sb.Durability = r.NodeEpoch, torpor.Durability(r.Durability)
+	if rs := r.Remote; rs != nil {
+		sb.Remote = &torpor.RemoteState{Manifest: rs.Manifest, Bytes: rs.Bytes, Boots: rs.Boots, UploadedAt: fromMicros(rs.UploadedAt)}
+	}
 	if r.PauseModes != nil {
 		sb.PauseModes = make([]torpor.PauseMode, len(r.PauseModes))
 		for i, m := range r.PauseModes {

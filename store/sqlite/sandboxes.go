@@ -23,9 +23,12 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *torpor.Sandbox, events ..
 	}
 	op := fmt.Sprintf("create sandbox %q", sb.ID)
 	err = s.inTx(ctx, op, func(tx *sql.Tx) error {
+		if err := s.checkFence(ctx, tx); err != nil {
+			return err
+		}
 		_, err := tx.ExecContext(ctx,
-			`INSERT INTO sandboxes (id, tenant, state, created_at, version, record, seen_at) VALUES (?, ?, ?, ?, 1, ?, ?)`,
-			sb.ID, sb.Tenant, string(sb.State), micros(sb.CreatedAt), record, micros(sb.Usage.SeenAt))
+			`INSERT INTO sandboxes (id, tenant, state, node, created_at, version, record, seen_at) VALUES (?, ?, ?, ?, ?, 1, ?, ?)`,
+			sb.ID, sb.Tenant, string(sb.State), sb.Node, micros(sb.CreatedAt), record, micros(sb.Usage.SeenAt))
 		if err != nil {
 			return wrap(err, fmt.Sprintf("sandbox %q already exists", sb.ID), op)
 		}
@@ -61,8 +64,11 @@ func (s *Store) UpdateSandboxUsage(ctx context.Context, sb *torpor.Sandbox, usag
 	}
 	op := fmt.Sprintf("update sandbox %q", sb.ID)
 	err = s.inTx(ctx, op, func(tx *sql.Tx) error {
+		if err := s.checkFence(ctx, tx); err != nil {
+			return err
+		}
 		res, err := tx.StmtContext(ctx, s.stmts.updateSandbox).ExecContext(ctx,
-			sb.Tenant, string(sb.State), micros(sb.CreatedAt), record, micros(sb.Usage.SeenAt), sb.ID, sb.Version)
+			sb.Tenant, string(sb.State), sb.Node, micros(sb.CreatedAt), record, micros(sb.Usage.SeenAt), sb.ID, sb.Version)
 		if err != nil {
 			return wrap(err, fmt.Sprintf("sandbox %q changed in a conflicting way", sb.ID), op)
 		}
@@ -134,7 +140,7 @@ func (s *Store) insertMetadata(ctx context.Context, tx *sql.Tx, id string, md ma
 // GetSandbox returns the sandbox with the given id, or not_found.
 func (s *Store) GetSandbox(ctx context.Context, id string) (*torpor.Sandbox, error) {
 	row := s.read.QueryRowContext(ctx,
-		`SELECT id, tenant, state, created_at, version, record, seen_at FROM sandboxes WHERE id = ?`, id)
+		`SELECT id, tenant, state, node, created_at, version, record, seen_at FROM sandboxes WHERE id = ?`, id)
 	sb, err := scanSandbox(row)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, torpor.Errorf(torpor.ENotFound, "sandbox %q not found", id)
@@ -149,7 +155,7 @@ func (s *Store) GetSandbox(ctx context.Context, id string) (*torpor.Sandbox, err
 // creation time, then id).
 func (s *Store) ListSandboxes(ctx context.Context, f torpor.SandboxFilter) ([]*torpor.Sandbox, error) {
 	where, args := sandboxConditions(f)
-	query := `SELECT id, tenant, state, created_at, version, record, seen_at FROM sandboxes`
+	query := `SELECT id, tenant, state, node, created_at, version, record, seen_at FROM sandboxes`
 	if len(where) > 0 {
 		query += " WHERE " + strings.Join(where, " AND ")
 	}
@@ -185,6 +191,10 @@ func sandboxConditions(f torpor.SandboxFilter) (where []string, args []any) {
 		where = append(where, "tenant <> ?")
 		args = append(args, f.ExceptTenant)
 	}
+	if f.Node != "" {
+		where = append(where, "node = ?")
+		args = append(args, f.Node)
+	}
 	switch {
 	case len(f.States) > 0:
 		marks := strings.TrimSuffix(strings.Repeat("?, ", len(f.States)), ", ")
@@ -214,8 +224,8 @@ type scanner interface {
 	Scan(dest ...any) error
 }
 
-// scanSandbox reads the columns id, tenant, state, created_at, version,
-// record, seen_at.
+// scanSandbox reads the columns id, tenant, state, node, created_at,
+// version, record, seen_at.
 func scanSandbox(sc scanner) (*torpor.Sandbox, error) {
 	var (
 		sb      torpor.Sandbox
@@ -224,7 +234,7 @@ func scanSandbox(sc scanner) (*torpor.Sandbox, error) {
 		record  string
 		seen    int64
 	)
-	if err := sc.Scan(&sb.ID, &sb.Tenant, &state, &created, &sb.Version, &record, &seen); err != nil {
+	if err := sc.Scan(&sb.ID, &sb.Tenant, &state, &sb.Node, &created, &sb.Version, &record, &seen); err != nil {
 		return nil, err
 	}
 	sb.State = torpor.State(state)

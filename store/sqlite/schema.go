@@ -96,6 +96,8 @@ ALTER TABLE tenants ADD COLUMN max_disk_mib   INTEGER NOT NULL DEFAULT 0;
 `,
 		// 8: the warm pools set at run time (pools.go).
 		poolsSchema,
+		// 9: the fleet's nodes, and each sandbox's node (nodes.go).
+		nodesSchema,
 	}
 }
 

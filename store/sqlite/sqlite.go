@@ -21,6 +21,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync"
+	"sync/atomic"
 
 	"modernc.org/sqlite"
 
@@ -46,6 +47,11 @@ type Store struct {
 	// secrets seals webhook secrets with the key beside the database
 	// (webhook_secrets.go).
 	secrets *secretBox
+	// fence is the node this handle writes sandboxes as, once it joined
+	// (nodes.go); nil: unfenced.
+	fence atomic.Pointer[fence]
+	// exclusive holds the locks of Exclusive.
+	exclusive exclusiveLocks
 
 	closeOnce sync.Once
 	closeErr  error

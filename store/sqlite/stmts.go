@@ -15,6 +15,7 @@ type writeStmts struct {
 	insertMetadata *sql.Stmt
 	insertEvent    *sql.Stmt
 	insertUsage    *sql.Stmt
+	fence          *sql.Stmt
 }
 
 func prepareWrites(ctx context.Context, db *sql.DB) (*writeStmts, error) {
@@ -27,13 +28,14 @@ func prepareWrites(ctx context.Context, db *sql.DB) (*writeStmts, error) {
 		errs = append(errs, err)
 		return st
 	}
-	ws.updateSandbox = prep(`UPDATE sandboxes SET tenant = ?, state = ?, created_at = ?, version = version + 1, record = ?,
+	ws.updateSandbox = prep(`UPDATE sandboxes SET tenant = ?, state = ?, node = ?, created_at = ?, version = version + 1, record = ?,
 		seen_at = MAX(seen_at, ?) WHERE id = ? AND version = ?`)
 	ws.deleteMetadata = prep(`DELETE FROM sandbox_metadata WHERE sandbox_id = ?`)
 	ws.insertMetadata = prep(`INSERT INTO sandbox_metadata (sandbox_id, key, value) VALUES (?, ?, ?)`)
 	ws.insertEvent = prep(`INSERT INTO events (type, sandbox_id, tenant, time, attrs) VALUES (?, ?, ?, ?, ?)`)
 	ws.insertUsage = prep(`INSERT INTO usage (sandbox_id, tenant, kind, start_us, end_us, seconds, vcpu_s, memory_gib_s, disk_gib_s, snapshot_gib_s, cost)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+	ws.fence = prep(`SELECT epoch, state FROM nodes WHERE name = ?`)
 	if err := errors.Join(errs...); err != nil {
 		ws.close()
 		return nil, fmt.Errorf("sqlite store: prepare statements: %w", err)
@@ -44,7 +46,7 @@ func prepareWrites(ctx context.Context, db *sql.DB) (*writeStmts, error) {
 // close closes the statements that were prepared.
 func (ws *writeStmts) close() error {
 	var errs []error
-	for _, st := range []*sql.Stmt{ws.updateSandbox, ws.deleteMetadata, ws.insertMetadata, ws.insertEvent, ws.insertUsage} {
+	for _, st := range []*sql.Stmt{ws.updateSandbox, ws.deleteMetadata, ws.insertMetadata, ws.insertEvent, ws.insertUsage, ws.fence} {
 		if st != nil {
 			errs = append(errs, st.Close())
 		}

@@ -63,6 +63,9 @@ func (s *Store) MarkSeen(ctx context.Context, t time.Time, ids ...string) error 
 		return nil
 	}
 	return s.inTx(ctx, "mark sandboxes seen", func(tx *sql.Tx) error {
+		if err := s.checkFence(ctx, tx); err != nil {
+			return err
+		}
 		const batch = 500 // well under SQLite's limit on parameters
 		for len(ids) > 0 {
 			n := min(batch, len(ids))

@@ -77,6 +77,11 @@ func fullSandbox(id, tenant string) *torpor.Sandbox {
 		KeyID:         "key_abc",
 		Pool:          "base",
 		FromPool:      true,
+		Node:          "node-a",
+		NodeEpoch:     3,
+		Durability:    torpor.DurabilityRemote,
+		Remote: &torpor.RemoteState{Manifest: "sandboxes/sb/manifest.json", Bytes: 1 << 30, Boots: 3,
+			UploadedAt: at(2*time.Hour + 19*time.Microsecond)},
 		Hooks: []torpor.Hook{
 			{Type: torpor.HookScript, On: torpor.HookOnStart, Path: "/app/restore.sh", Arguments: []string{"--from", "/data"}, Port: 1, Wait: true, TimeoutSeconds: 60},
 			{Type: torpor.HookHTTP, On: torpor.HookOnPause, Path: "/hooks/flush", Port: 3000, TimeoutSeconds: 30},

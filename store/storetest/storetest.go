@@ -29,7 +29,9 @@ import (
 
 // Opener opens a new, empty store for one test. It returns the store and a
 // function that opens another Store over the same data, as a restarted
-// daemon would; the suite calls it only after closing the store it had.
+// daemon would; the suite calls it after closing the store it had, and,
+// in the fleet tests, while it is open, as a second daemon on a shared
+// database.
 // The suite closes every store it is given; the Opener removes the data
 // when the test ends (t.TempDir, a dropped database, ...). It fails the
 // test (t.Fatal) when it cannot open.
@@ -60,6 +62,7 @@ func Run(t *testing.T, open Opener) {
 		{"Durability", durabilityTests()},
 		{"Context", contextTests()},
 		{"Concurrency", concurrencyTests()},
+		{"Nodes", nodeTests()},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
@@ -95,6 +98,23 @@ func newHarness(t *testing.T, open Opener) *harness {
 		}
 	})
 	return h
+}
+
+// another opens a second store over the same data while the first is
+// open, as a second daemon on a shared database does; it is closed when
+// the test ends.
+func (h *harness) another() torpor.Store {
+	h.t.Helper()
+	s := h.reopen()
+	if s == nil {
+		h.t.Fatal("storetest: reopen returned a nil store")
+	}
+	h.t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			h.t.Errorf("Close of the second store: %v", err)
+		}
+	})
+	return s
 }
 
 // restart closes the store and opens a new one over the same data, as a

@@ -1,0 +1,294 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/torpor-dev/torpor"
+	"github.com/torpor-dev/torpor/store/sqlite"
+)
+
+var _ torpor.NodeStore = (*Store)(nil)
+
+// nowMicros is the database's clock in the unit times are stored in: the
+// nodes of a fleet compare heartbeats by one clock, not by their own.
+// (now() is the transaction's start, the same for every statement of it.)
+const nowMicros = `(extract(epoch FROM now()) * 1000000)::bigint`
+
+// fence is the node a store handle writes sandboxes as, once it joined:
+// a write is refused (torpor.Fenced) unless the node still has this
+// epoch and is not down.
+type fence struct {
+	node  string
+	epoch int64
+}
+
+// fenceSteps are the first steps of a sandbox write of a handle that
+// joined a fleet: a transaction advisory lock on the node, shared with
+// its other writes, then a check that the node still has the handle's
+// epoch and is not down, which refuses the write where it does not.
+// DeclareDown takes the same lock exclusively before it marks the node
+// down, which waits for the writes in flight to commit; a write that
+// comes after waits for DeclareDown and then finds the new epoch (its
+// check is a statement of its own, so it reads what committed while it
+// waited). So no write of a node commits once the node is down.
+//
+// A lock of the lock manager rather than a lock on the node's row: a row
+// lock held in share mode lets more sharers in while DeclareDown waits,
+// so busy writers could hold it off for good, where the lock manager
+// queues them behind it; and heartbeats, which update the row, never
+// wait for writes. A handle that never joined writes unfenced, as a lone
+// daemon does.
+func (s *Store) fenceSteps() []step {
+	f := s.fence.Load()
+	if f == nil {
+		return nil
+	}
+	return []step{
+		{sql: `SELECT pg_advisory_xact_lock_shared($1)`, args: []any{lockKey("fence", f.node)}, op: "take the node's fence lock"},
+		{sql: `SELECT 1 FROM nodes WHERE name = $1 AND epoch = $2 AND state <> 'down'`,
+			args: []any{f.node, f.epoch}, op: "check the node's epoch",
+			check: func(ct pgconn.CommandTag) error {
+				if ct.RowsAffected() == 0 {
+					return torpor.Fenced(f.node)
+				}
+				return nil
+			}},
+	}
+}
+
+// JoinNode registers n as up and returns its epoch: 1 for a new node, the
+// one it has otherwise (DeclareDown gave a node it marked down a new one).
+// From then on this handle's sandbox writes are fenced with it.
+func (s *Store) JoinNode(ctx context.Context, n torpor.Node) (int64, error) {
+	if n.Name == "" {
+		return 0, torpor.Invalid("name", "node name is empty")
+	}
+	record, used, err := sqlite.EncodeNodeRecord(n)
+	if err != nil {
+		return 0, fmt.Errorf("postgres store: %w", err)
+	}
+	op := fmt.Sprintf("join node %q", n.Name)
+	var epoch int64
+	err = s.inTx(ctx, op, func(tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, `INSERT INTO nodes (name, address, proxy_address, host, state, epoch, joined_at, heartbeat_at, record, used)
+			VALUES ($1, $2, $3, $4, 'up', 1, `+nowMicros+`, `+nowMicros+`, $5, $6)
+			ON CONFLICT (name) DO UPDATE SET address = excluded.address, proxy_address = excluded.proxy_address, host = excluded.host,
+				state = excluded.state, joined_at = excluded.joined_at, heartbeat_at = excluded.heartbeat_at,
+				record = excluded.record, used = excluded.used
+			RETURNING epoch`, n.Name, n.Address, n.ProxyAddress, n.Host, record, used).Scan(&epoch)
+		if err != nil {
+			return wrap(err, "", op)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	s.fence.Store(&fence{node: n.Name, epoch: epoch})
+	return epoch, nil
+}
+
+// Heartbeat records that node name, at epoch, is alive now (by the
+// database's clock) and uses used.
+func (s *Store) Heartbeat(ctx context.Context, name string, epoch int64, used torpor.Resources) (torpor.NodeState, error) {
+	u, err := sqlite.EncodeResources(used)
+	if err != nil {
+		return "", fmt.Errorf("postgres store: %w", err)
+	}
+	op := fmt.Sprintf("heartbeat of node %q", name)
+	var state string
+	err = s.inTx(ctx, op, func(tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, `UPDATE nodes SET heartbeat_at = `+nowMicros+`, used = $1 WHERE name = $2 AND epoch = $3 AND state <> 'down'
+			RETURNING state`, u, name, epoch).Scan(&state)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return missingOrFenced(ctx, tx, name)
+		}
+		if err != nil {
+			return wrap(err, "", op)
+		}
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	return torpor.NodeState(state), nil
+}
+
+// missingOrFenced explains why a node's row did not match: there is none
+// (not_found), or the node was declared down (Fenced).
+func missingOrFenced(ctx context.Context, tx pgx.Tx, name string) error {
+	var one int
+	err := tx.QueryRow(ctx, `SELECT 1 FROM nodes WHERE name = $1`, name).Scan(&one)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return torpor.Errorf(torpor.ENotFound, "node %q not found; it has not joined", name)
+	}
+	if err != nil {
+		return wrap(err, "", fmt.Sprintf("read node %q", name))
+	}
+	return torpor.Fenced(name)
+}
+
+// nodeColumns are what scanNode reads, in its order.
+const nodeColumns = `name, address, proxy_address, host, state, epoch, joined_at, heartbeat_at, record, used`
+
+func scanNode(row pgx.Row, more ...any) (torpor.Node, error) {
+	var (
+		n                   torpor.Node
+		state, record, used string
+		joined, beat        int64
+	)
+	dest := append([]any{&n.Name, &n.Address, &n.ProxyAddress, &n.Host, &state, &n.Epoch, &joined, &beat, &record, &used}, more...)
+	if err := row.Scan(dest...); err != nil {
+		return n, err
+	}
+	n.State, n.JoinedAt, n.HeartbeatAt = torpor.NodeState(state), fromMicros(joined), fromMicros(beat)
+	return n, sqlite.DecodeNodeRecord(&n, record, used)
+}
+
+// ListNodes returns every node, by name, with the counts by state of its
+// sandboxes that are not terminated, all read in one statement.
+func (s *Store) ListNodes(ctx context.Context) ([]torpor.Node, error) {
+	return query(ctx, s, "list nodes", func(row pgx.CollectableRow) (torpor.Node, error) {
+		var counts string
+		n, err := scanNode(row, &counts)
+		if err != nil {
+			return n, err
+		}
+		if err := json.Unmarshal([]byte(counts), &n.Sandboxes); err != nil {
+			return n, fmt.Errorf("node %q: bad sandbox counts: %w", n.Name, err)
+		}
+		return n, nil
+	}, `SELECT `+nodeColumns+`, coalesce((SELECT json_object_agg(c.state, c.n) FROM
+			(SELECT state, count(*) AS n FROM sandboxes s WHERE s.node = nodes.name AND s.state <> 'terminated' GROUP BY state) c), '{}')
+		FROM nodes ORDER BY name`)
+}
+
+// SetNodeState sets an up node draining or a draining one up; setting the
+// state a node has is a success.
+func (s *Store) SetNodeState(ctx context.Context, name string, st torpor.NodeState) error {
+	if st != torpor.NodeUp && st != torpor.NodeDraining {
+		return torpor.Invalid("state", "a node can be set %s or %s, not %q", torpor.NodeUp, torpor.NodeDraining, st)
+	}
+	op := fmt.Sprintf("set node %q %s", name, st)
+	return s.inTx(ctx, op, func(tx pgx.Tx) error {
+		var prev string
+		// The row lock makes the check and the change one step against a
+		// concurrent DeclareDown.
+		err := tx.QueryRow(ctx, `WITH cur AS (SELECT name, state FROM nodes WHERE name = $1 FOR UPDATE)
+			UPDATE nodes n SET state = CASE WHEN cur.state = 'down' THEN cur.state ELSE $2 END FROM cur WHERE n.name = cur.name
+			RETURNING cur.state`, name, string(st)).Scan(&prev)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return torpor.Errorf(torpor.ENotFound, "node %q not found", name)
+		}
+		if err != nil {
+			return wrap(err, "", op)
+		}
+		if torpor.NodeState(prev) == torpor.NodeDown {
+			return nodeIsDown(name, st)
+		}
+		return nil
+	})
+}
+
+// nodeIsDown is the conflict of a state change asked of a down node.
+func nodeIsDown(name string, st torpor.NodeState) error {
+	return &torpor.Error{Code: torpor.EConflict, Reason: "node_down",
+		Message: fmt.Sprintf("node %q is down; it can be set %s only once it joins again", name, st)}
+}
+
+// DeclareDown marks down every up or draining node whose last heartbeat
+// is timeout or more ago by the database's clock, each with a new epoch,
+// and returns them as they were, by name. It takes the fence lock of each
+// (fenceSteps), in name order, which waits for their sandbox writes in
+// flight; then it marks those still stale, under their row locks, so that
+// a heartbeat that committed meanwhile keeps its node up.
+func (s *Store) DeclareDown(ctx context.Context, timeout time.Duration) ([]torpor.Node, error) {
+	const op = "declare nodes down"
+	cutoff := nowMicros + ` - $1`
+	var out []torpor.Node
+	err := s.inTx(ctx, op, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT name FROM nodes WHERE state <> 'down' AND heartbeat_at <= `+cutoff+` ORDER BY name`,
+			timeout.Microseconds())
+		if err != nil {
+			return wrap(err, "", op)
+		}
+		stale, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return wrap(err, "", op)
+		}
+		if len(stale) == 0 {
+			return nil
+		}
+		var steps []step
+		for _, name := range stale {
+			steps = append(steps, step{sql: `SELECT pg_advisory_xact_lock($1)`, args: []any{lockKey("fence", name)},
+				op: fmt.Sprintf("take the fence lock of node %q", name)})
+		}
+		if err := runSteps(ctx, tx, steps); err != nil {
+			return err
+		}
+		rows, err = tx.Query(ctx, `WITH stale AS (SELECT `+nodeColumns+` FROM nodes
+				WHERE name = ANY($2::text[]) AND state <> 'down' AND heartbeat_at <= `+cutoff+` ORDER BY name FOR UPDATE)
+			UPDATE nodes n SET state = 'down', epoch = n.epoch + 1 FROM stale WHERE n.name = stale.name
+			RETURNING stale.name, stale.address, stale.proxy_address, stale.host, stale.state, stale.epoch,
+				stale.joined_at, stale.heartbeat_at, stale.record, stale.used`, timeout.Microseconds(), stale)
+		if err != nil {
+			return wrap(err, "", op)
+		}
+		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (torpor.Node, error) { return scanNode(row) })
+		if err != nil {
+			return wrap(err, "", op)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	// RETURNING keeps no order of its own.
+	slices.SortFunc(out, func(a, b torpor.Node) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// Exclusive runs fn while this store holds the session advisory lock
+// called name on a connection of the pool, kept from the pool until fn
+// returns, or returns false at once when another session holds it. A
+// connection lost meanwhile frees the lock early: what fn does must
+// itself be safe to overlap with a next holder's (fenced writes are).
+func (s *Store) Exclusive(ctx context.Context, name string, fn func(ctx context.Context) error) (bool, error) {
+	op := fmt.Sprintf("take the lock %q", name)
+	c, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return false, wrap(err, "", op)
+	}
+	key := lockKey("exclusive", name)
+	var ok bool
+	if err := c.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, key).Scan(&ok); err != nil {
+		c.Release()
+		return false, wrap(err, "", op)
+	}
+	if !ok {
+		c.Release()
+		return false, nil
+	}
+	defer func() {
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		var unlocked bool
+		if err := c.QueryRow(uctx, `SELECT pg_advisory_unlock($1)`, key).Scan(&unlocked); err != nil || !unlocked {
+			// Ending the session frees the lock; the pool replaces the
+			// closed connection.
+			c.Conn().Close(uctx)
+		}
+		c.Release()
+	}()
+	return true, fn(ctx)
+}
