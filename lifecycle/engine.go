@@ -75,6 +75,9 @@ type Config struct {
 	// WarmPools are the warm pools (docs/pools.md) the engine starts
 	// with; those the store kept from SetPool win.
 	WarmPools []torpor.PoolConfig
+	// Fleet makes the engine a node of a fleet (fleet.go); nil: the only
+	// daemon on its store.
+	Fleet *FleetConfig
 	// Failpoint, when set, is called at every step of each transition,
 	// with the names Failpoints lists ("pausing.before-runtime",
 	// "paused.after-store", ...). Crash tests use it to kill the daemon
@@ -141,6 +144,11 @@ type Engine struct {
 	// start with.
 	pools     *pools
 	warmPools []torpor.PoolConfig
+
+	// node is this engine's fleet node name ("" outside a fleet), and
+	// fleet its state as a node (nil outside a fleet).
+	node  string
+	fleet *fleet
 
 	// abandoned holds the ids of creates a full data disk cut short after
 	// their record was stored (see finishCutShort).
@@ -233,6 +241,14 @@ func New(cfg Config) (*Engine, error) {
 	if e.obs == nil {
 		e.obs = nopObserver{}
 	}
+	if cfg.Fleet != nil {
+		if cfg.Fleet.Nodes == nil || cfg.Fleet.Self.Name == "" {
+			return nil, errors.New("lifecycle: a fleet node needs a node store and a name")
+		}
+		e.node = cfg.Fleet.Self.Name
+		e.fleet = &fleet{cfg: *cfg.Fleet, nodes: map[string]torpor.Node{}, placed: map[string]torpor.Resources{},
+			state: torpor.NodeUp, uploadFail: map[string]backoff{}, uploadWake: make(chan struct{}, 1)}
+	}
 	e.bg, e.stopBG = context.WithCancel(context.Background())
 	e.sched = newScheduler(e.clock, e.sweep)
 	if e.gpu != nil {
@@ -244,23 +260,44 @@ func New(cfg Config) (*Engine, error) {
 // Recover reconciles every stored sandbox with its runtime and starts
 // watching the running ones. Call it once, before serving requests.
 func (e *Engine) Recover(ctx context.Context) error {
+	if e.fleet != nil {
+		if err := e.joinFleet(ctx); err != nil {
+			return err
+		}
+	}
 	if err := e.gpuAdopt(ctx); err != nil {
 		return err
 	}
 	if err := e.reconcile(ctx); err != nil {
 		return err
 	}
-	sbs, err := e.store.ListSandboxes(ctx, torpor.SandboxFilter{})
+	sbs, err := e.store.ListSandboxes(ctx, torpor.SandboxFilter{Node: e.node})
 	if err != nil {
 		return err
 	}
 	for _, sb := range sbs {
-		e.track(sb)
+		if e.mine(sb) {
+			e.track(sb)
+		}
 	}
 	e.sched.run(e.bg, &e.wg)
 	e.runTrafficFlusher(e.bg)
 	e.runMetering(e.bg)
 	e.runGPUTicks(e.bg)
+	if e.fleet != nil {
+		e.wg.Add(1)
+		go func() {
+			defer e.wg.Done()
+			e.runFleet(e.bg)
+		}()
+		if e.fleet.cfg.Objects != nil {
+			e.wg.Add(1)
+			go func() {
+				defer e.wg.Done()
+				e.runUploads(e.bg)
+			}()
+		}
+	}
 	return e.startPools(ctx, e.warmPools)
 }
 
@@ -392,6 +429,9 @@ func (e *Engine) create(ctx context.Context, tenant string, req torpor.CreateReq
 		TrafficToken:     torpor.NewID("tt_", 32),
 		AllowInternet:    req.AllowInternet,
 		Usage:            torpor.UsageState{Kind: torpor.UsageRunning, Since: now, SeenAt: now},
+		Node:             e.node,
+		NodeEpoch:        e.Epoch(),
+		Durability:       torpor.DurabilityNode,
 	}
 	if sb.Metadata == nil {
 		sb.Metadata = map[string]string{}
@@ -407,6 +447,12 @@ func (e *Engine) create(ctx context.Context, tenant string, req torpor.CreateReq
 		return nil, err
 	}
 	sb.KeyID = req.Caller.KeyID
+	if err := e.leaseErr(); err != nil {
+		return nil, err
+	}
+	if err := e.admitCreate(req); err != nil {
+		return nil, err
+	}
 	cause := CauseAPI
 	if pool != "" {
 		sb.Pool, cause = pool, CausePool
@@ -506,6 +552,11 @@ func (e *Engine) save(ctx context.Context, sb *torpor.Sandbox, events ...torpor.
 
 // write stores sb with usage rows and events as they are.
 func (e *Engine) write(ctx context.Context, sb *torpor.Sandbox, rows []torpor.UsageRecord, events ...torpor.Event) error {
+	if e.fleet != nil && sb.Node != e.node {
+		// Only its owner changes a sandbox (the fleet's own moves of
+		// ownership write through the store themselves).
+		return torpor.Moved(sb.ID, sb.Node)
+	}
 	start := time.Now()
 	err := e.store.UpdateSandboxUsage(context.WithoutCancel(ctx), sb, rows, events...)
 	e.obs.StoreWrite(time.Since(start))

@@ -166,7 +166,11 @@ func (e *Engine) gpuAdopt(ctx context.Context) error {
 		return err
 	}
 	for _, rec := range recs {
-		if sb, err := e.store.GetSandbox(ctx, rec.Spec.ID); err == nil && sb.Usage.SeenAt.After(rec.LastSeen) {
+		sb, err := e.store.GetSandbox(ctx, rec.Spec.ID)
+		if e.fleet != nil && (err != nil || !e.mine(sb)) {
+			continue // another node's lease (or a sandbox no node holds)
+		}
+		if err == nil && sb.Usage.SeenAt.After(rec.LastSeen) {
 			rec.LastSeen = sb.Usage.SeenAt
 		}
 		if _, err := e.gpu.Adopt(ctx, rec); err != nil {

@@ -26,6 +26,9 @@ const (
 func (e *Engine) meter(sb *torpor.Sandbox, now time.Time) []torpor.UsageRecord {
 	u := &sb.Usage
 	kind := torpor.UsageKindOf(sb.State, sb.PauseMode, u.Kind)
+	if sb.State == torpor.StateFailed && sb.Failure != nil && sb.Failure.Code == torpor.FailureLost {
+		kind = torpor.UsageNone // lost with its node: it holds nothing
+	}
 	if kind.Resident() {
 		u.SeenAt = now
 	}

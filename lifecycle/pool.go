@@ -268,7 +268,7 @@ func (e *Engine) startPools(ctx context.Context, configured []torpor.PoolConfig)
 		return err
 	}
 	configs := append(slices.Clone(configured), stored...) // later ones win
-	sbs, err := e.store.ListSandboxes(ctx, torpor.SandboxFilter{Tenant: torpor.PoolTenant})
+	sbs, err := e.store.ListSandboxes(ctx, torpor.SandboxFilter{Tenant: torpor.PoolTenant, Node: e.node})
 	if err != nil {
 		return err
 	}
@@ -279,7 +279,7 @@ func (e *Engine) startPools(ctx context.Context, configured []torpor.PoolConfig)
 	}
 	var broken []string
 	for _, sb := range sbs {
-		if sb.State == torpor.StateTerminated {
+		if sb.State == torpor.StateTerminated || !e.mine(sb) {
 			continue
 		}
 		if sb.Pool == "" || sb.State != torpor.StatePaused || sb.PauseMode != torpor.PauseFreeze {

@@ -12,12 +12,19 @@ import (
 // transitions are finished (or rolled back where finishing is impossible),
 // and instances or disks that no live sandbox owns are removed.
 func (e *Engine) reconcile(ctx context.Context) error {
-	sbs, err := e.store.ListSandboxes(ctx, torpor.SandboxFilter{})
+	// A node reconciles its own sandboxes; the instances it holds of
+	// others' (a node declared down that comes back) are leftovers.
+	sbs, err := e.store.ListSandboxes(ctx, torpor.SandboxFilter{Node: e.node})
 	if err != nil {
 		return fmt.Errorf("reconcile: %w", err)
 	}
 	live := map[string]bool{}
 	for _, sb := range sbs {
+		if !e.mine(sb) {
+			// Held before the node was declared down: the fleet settles
+			// it, and what is here of it is a leftover.
+			continue
+		}
 		live[sb.ID] = true
 		if err := e.reconcileOne(ctx, sb.ID); err != nil {
 			e.log.Error("reconcile", "sandbox", sb.ID, "state", sb.State, "err", err)

@@ -35,6 +35,9 @@ func (e *Engine) withSandbox(ctx context.Context, tenant, id string, fn func(sb 
 	if err != nil {
 		return nil, err
 	}
+	if err := e.own(ctx, sb); err != nil {
+		return nil, err
+	}
 	if err := fn(sb); err != nil {
 		e.lookAgain(id, err)
 		return nil, err
@@ -265,6 +268,12 @@ func (e *Engine) start(ctx context.Context, sb *torpor.Sandbox, cause string) er
 	case torpor.StatePaused, torpor.StateResuming:
 		return e.resume(ctx, sb, cause)
 	case torpor.StateHibernated, torpor.StateFailed, torpor.StateStarting:
+		if sb.State == torpor.StateFailed && sb.Failure != nil && sb.Failure.Code == torpor.FailureLost {
+			// Its disk went with its node: booting it would make it anew,
+			// empty, under the same name.
+			return &torpor.Error{Code: torpor.EConflict, State: sb.State, Reason: torpor.FailureLost,
+				Message: fmt.Sprintf("sandbox %s was lost with its node (%s); it cannot start again, delete it", sb.ID, sb.Failure.Message)}
+		}
 		if sb.State == torpor.StateHibernated {
 			sb.Meters.Resumes++
 			if cause == CauseAuto {
@@ -356,8 +365,14 @@ func (e *Engine) coldStart(ctx context.Context, sb *torpor.Sandbox, via torpor.S
 	if err := e.reserve(ctx, sb, via); err != nil {
 		return err
 	}
+	if err := e.fetchDisk(ctx, rt, sb); err != nil {
+		e.hold(sb, sb.State)
+		return err
+	}
 	prev := sb.State
 	sb.LastActivityAt = e.now()
+	// Once it boots its disk is not the one in the object store any more.
+	sb.Durability = torpor.DurabilityNode
 	e.fail(string(via) + ".before-store")
 	if err := e.setState(ctx, sb, via); err != nil {
 		e.hold(sb, prev)
@@ -432,7 +447,11 @@ func (e *Engine) hibernate(ctx context.Context, sb *torpor.Sandbox, cause string
 	if cause == CauseIdle || cause == CausePlatform || cause == CauseEnd {
 		sb.Meters.AutoHibernated++
 	}
-	return e.setState(ctx, sb, torpor.StateHibernated, e.event(sb, torpor.EventHibernated, "cause", cause))
+	if err := e.setState(ctx, sb, torpor.StateHibernated, e.event(sb, torpor.EventHibernated, "cause", cause)); err != nil {
+		return err
+	}
+	e.wakeUploads()
+	return nil
 }
 
 // Restart boots a running sandbox again on a fresh instance; its disk stays.
@@ -538,7 +557,16 @@ func (e *Engine) terminate(ctx context.Context, sb *torpor.Sandbox, cause string
 	sb.State, sb.StateSince = torpor.StateTerminated, now
 	ev := e.event(sb, torpor.EventTerminated, "cause", cause)
 	ev.Time = now
-	return e.save(ctx, sb, ev)
+	remote := sb.Remote
+	sb.Remote = nil
+	if err := e.save(ctx, sb, ev); err != nil {
+		sb.Remote = remote
+		return err
+	}
+	// Its copy in the object store goes after the end is stored: a crash
+	// in between leaves objects behind, never a sandbox without them.
+	e.dropRemote(ctx, remote)
+	return nil
 }
 
 // Exec runs a command in a running sandbox and counts as activity, when it
