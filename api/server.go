@@ -13,6 +13,7 @@ import (
 
 	"github.com/torpor-dev/torpor"
 	"github.com/torpor-dev/torpor/api/ratelimit"
+	"github.com/torpor-dev/torpor/fleet"
 	"github.com/torpor-dev/torpor/lifecycle"
 	"github.com/torpor-dev/torpor/template"
 	"github.com/torpor-dev/torpor/webhook"
@@ -57,6 +58,12 @@ type Config struct {
 	// ProxyURL is the port proxy's address pattern the dashboard's
 	// session tells the page (wire.Session.ProxyURL); empty: no proxy.
 	ProxyURL string
+	// Fleet, in a fleet, checks the requests other nodes forward here and
+	// forwards to its owner a request for a sandbox of another node
+	// (fleet.go); nil: no fleet. Router says which node serves what (nil:
+	// Engine).
+	Fleet  *fleet.Fleet
+	Router Router
 }
 
 // Server serves the native API.
@@ -87,7 +94,10 @@ type Server struct {
 	sessions *sessions
 	// proxyURL is the port proxy's address pattern (Config.ProxyURL).
 	proxyURL string
-	ready    atomic.Bool
+	// fleet forwards to other nodes (nil: no fleet); router says to which.
+	fleet  *fleet.Fleet
+	router Router
+	ready  atomic.Bool
 }
 
 // principal is who made a request.
@@ -203,6 +213,10 @@ func New(cfg Config) *Server {
 	s.limiter = cfg.RateLimit
 	s.tmplMgr = cfg.TemplateManager
 	s.proxyURL = cfg.ProxyURL
+	s.fleet, s.router = cfg.Fleet, cfg.Router
+	if s.router == nil && cfg.Engine != nil {
+		s.router = cfg.Engine
+	}
 	s.hookGuard = cfg.WebhookGuard
 	s.deliveries = cfg.WebhookDeliveries
 	if s.hookGuard == nil {
@@ -252,7 +266,8 @@ func (s *Server) Ready() bool { return s.ready.Load() }
 
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	s.mux.ServeHTTP(w, r)
+	// The fleet headers go first: nothing after reads them unchecked.
+	s.mux.ServeHTTP(w, s.checkFleet(r))
 }
 
 // wrap authenticates, checks readiness and admin rights, and turns a
@@ -304,13 +319,16 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, rt route) error {
 	if !s.ready.Load() {
 		return &torpor.Error{Code: torpor.EUnavailable, Message: "the daemon is starting", RetryAfter: time.Second}
 	}
-	p, err := s.authenticate(r.Context(), r)
+	p, forwarded, err := s.whoSent(r)
 	if err != nil {
 		return err
 	}
-	if err := s.limit(p); err != nil {
-		return err
+	if !forwarded { // a forwarded request was limited where it came in
+		if err := s.limit(p); err != nil {
+			return err
+		}
 	}
+	who := p
 	if rt.admin && !p.admin {
 		return torpor.Errorf(torpor.EForbidden, "this needs an admin key")
 	}
@@ -327,6 +345,11 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, rt route) error {
 		defer cancel()
 		defer context.AfterFunc(p.session, cancel)()
 		r = r.WithContext(ctx)
+	}
+	if s.fleet != nil {
+		if done, err := s.toOwner(w, r, rt, who, p, forwarded); done {
+			return err
+		}
 	}
 	return rt.h(w, r, p)
 }

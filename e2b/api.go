@@ -21,6 +21,7 @@ import (
 
 	"github.com/torpor-dev/torpor"
 	"github.com/torpor-dev/torpor/api/ratelimit"
+	"github.com/torpor-dev/torpor/fleet"
 	"github.com/torpor-dev/torpor/lifecycle"
 )
 
@@ -66,6 +67,12 @@ type Config struct {
 	// exempt), 429 with Retry-After beyond; nil: no limit. The daemon
 	// shares one with the native API, so a key has one rate.
 	RateLimit *ratelimit.Limiter
+	// Fleet, in a fleet, checks the requests other nodes forward here and
+	// forwards to its owner a request for a sandbox of another node
+	// (fleet.go); nil: no fleet. Router says which node serves what (nil:
+	// Engine).
+	Fleet  *fleet.Fleet
+	Router Router
 }
 
 // API serves E2B's control plane. It is an http.Handler for exactly the
@@ -81,6 +88,8 @@ type API struct {
 	ready     func() bool
 	defRes    torpor.Resources
 	limiter   *ratelimit.Limiter
+	fleet     *fleet.Fleet
+	router    Router
 	mux       *http.ServeMux
 
 	// cpu keeps each sandbox's last CPU sample, for cpuUsedPct.
@@ -132,6 +141,10 @@ func New(cfg Config) *API {
 		log: cfg.Logger, domain: cfg.Domain, internet: cfg.AllowInternetByDefault, ready: cfg.Ready,
 		mux: http.NewServeMux(), cpu: map[string]cpuSample{}, defRes: cfg.DefaultResources, limiter: cfg.RateLimit,
 	}
+	a.fleet, a.router = cfg.Fleet, cfg.Router
+	if a.router == nil && cfg.Engine != nil {
+		a.router = cfg.Engine
+	}
 	if a.defRes == (torpor.Resources{}) {
 		a.defRes = torpor.DefaultLimits.Default
 	}
@@ -139,7 +152,7 @@ func New(cfg Config) *API {
 		a.log = slog.New(slog.DiscardHandler)
 	}
 	for _, rt := range a.routes() {
-		a.mux.Handle(rt.method+" "+rt.path, a.wrap(rt.h))
+		a.mux.Handle(rt.method+" "+rt.path, a.wrap(rt))
 	}
 	a.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, torpor.Errorf(torpor.ENotFound, "no endpoint %s %s", r.Method, r.URL.Path))
@@ -150,10 +163,11 @@ func New(cfg Config) *API {
 // ServeHTTP implements http.Handler.
 func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.mux.ServeHTTP(w, r) }
 
-func (a *API) wrap(h handler) http.Handler {
+func (a *API) wrap(rt route) http.Handler {
+	perSandbox := strings.Contains(rt.path, "{id}")
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		err := a.serve(w, r, h)
+		err := a.serve(w, r, rt.h, perSandbox)
 		if err != nil {
 			a.writeError(w, r, err)
 		}
@@ -161,19 +175,33 @@ func (a *API) wrap(h handler) http.Handler {
 	})
 }
 
-func (a *API) serve(w http.ResponseWriter, r *http.Request, h handler) error {
+func (a *API) serve(w http.ResponseWriter, r *http.Request, h handler, perSandbox bool) error {
+	// The fleet headers go first: nothing after reads them unchecked.
+	from, forwarded, ferr := a.fleet.Verify(r)
 	if a.ready != nil && !a.ready() {
 		return &torpor.Error{Code: torpor.EUnavailable, Message: "the daemon is starting", RetryAfter: time.Second}
 	}
-	k, err := a.authenticate(r)
+	if ferr != nil {
+		return ferr
+	}
+	k, err := a.whoSent(r, from, forwarded)
 	if err != nil {
 		return err
 	}
-	if !k.Admin {
-		// Admin keys are exempt, as on the native API.
+	if !k.Admin && !forwarded {
+		// Admin keys are exempt, as on the native API; a forwarded
+		// request was limited where it came in.
 		if err := a.limiter.Take(k.ID); err != nil {
 			return err
 		}
+	}
+	if a.fleet != nil {
+		if perSandbox {
+			if done, err := a.toOwner(w, r, k, forwarded); done {
+				return err
+			}
+		}
+		r = r.WithContext(context.WithValue(r.Context(), sentKey{}, sent{key: k, forwarded: forwarded}))
 	}
 	return h(w, r, k.Tenant, torpor.Caller{KeyID: k.ID, Tier: k.Tier})
 }

@@ -38,6 +38,7 @@ func (a *API) createV2(w http.ResponseWriter, r *http.Request, tenant string, c 
 }
 
 func (a *API) create(w http.ResponseWriter, r *http.Request, tenant string, caller torpor.Caller, defTimeout int64) error {
+	raw := a.keepBody(r)
 	var body newSandbox
 	present, err := decode(r, &body)
 	if err != nil {
@@ -52,6 +53,11 @@ func (a *API) create(w http.ResponseWriter, r *http.Request, tenant string, call
 	}
 	if req.Template, err = a.resolve(r.Context(), *body.TemplateID); err != nil {
 		return err
+	}
+	if raw != nil {
+		if done, err := a.placeCreate(w, r, req, raw); done {
+			return err
+		}
 	}
 	req.Caller = caller
 	sb, err := a.eng.Create(r.Context(), tenant, req)

@@ -148,7 +148,7 @@ func (h *h1conn) loop() bool {
 			return true
 		}
 		t, err := h.p.routeTo(string(rq.sandboxID), string(rq.sandboxPort), string(rq.host), false)
-		if err != nil || h.p.services[t.port] != nil {
+		if err != nil || h.p.services[t.port] != nil || h.p.remote(t.id) {
 			return true
 		}
 		out := replay

@@ -78,7 +78,7 @@ func parseRequest(head []byte) (request, bool) {
 			}
 		case hTE:
 			rq.teTrailers = bytes.EqualFold(value, []byte("trailers"))
-		case hTransferEncoding, hUpgrade, hExpect, hH2Settings, hE2B:
+		case hTransferEncoding, hUpgrade, hExpect, hH2Settings, hE2B, hFleet:
 			return rq, false
 		case hSandboxID:
 			rq.sandboxID = value
@@ -114,6 +114,7 @@ const (
 	hToken
 	hE2B       // E2B's routing headers: such requests go to net/http (service.go)
 	hForwarded // the client's X-Forwarded-* and Forwarded: the proxy sets its own
+	hFleet     // a request signed by another node (fleet.go): net/http's path checks it
 )
 
 var headerNames = map[string]header{
@@ -124,6 +125,7 @@ var headerNames = map[string]header{
 	"x-sandbox-id": hSandboxID, "x-sandbox-port": hSandboxPort, "x-torpor-token": hToken,
 	"e2b-sandbox-id": hE2B, "e2b-sandbox-port": hE2B,
 	"x-forwarded-for": hForwarded, "x-forwarded-host": hForwarded, "x-forwarded-proto": hForwarded, "forwarded": hForwarded,
+	"x-torpor-fleet-node": hFleet, "x-torpor-fleet-identity": hFleet, "x-torpor-fleet-time": hFleet, "x-torpor-fleet-signature": hFleet,
 }
 
 // headerOf names a header, case-insensitively, without allocating.

@@ -28,6 +28,7 @@ import (
 
 	"github.com/torpor-dev/torpor"
 	"github.com/torpor-dev/torpor/api/wire"
+	"github.com/torpor-dev/torpor/fleet"
 )
 
 // Engine is what the proxy needs of the lifecycle engine.
@@ -72,6 +73,12 @@ type Config struct {
 	// Services are ports the daemon serves itself for every sandbox
 	// (E2B's envd and code interpreter; see Service).
 	Services map[int]Service
+	// Fleet, in a fleet, checks the requests other nodes forward here and
+	// forwards a request for a sandbox of another node to that node's
+	// proxy (fleet.go); nil: no fleet. Router says which node serves what
+	// (nil: Engine, which must then be one).
+	Fleet  *fleet.Fleet
+	Router Router
 }
 
 // Observer counts what the proxy does.
@@ -100,6 +107,10 @@ type Proxy struct {
 	services  map[int]Service
 	log       *slog.Logger
 	obs       Observer
+	// fleet forwards to other nodes and router says to which (both nil
+	// outside a fleet).
+	fleet  *fleet.Fleet
+	router Router
 	// The transports are shared by every request, so connections to a
 	// sandbox's port are kept alive and reused; their dialer reads the
 	// target from the request's context. h2 speaks cleartext HTTP/2, to
@@ -131,6 +142,9 @@ type upstream struct {
 	port int
 	host string // <port>.<sandbox id>.torpor
 	req  *underWay
+	// forwarded: another node forwarded the request, and signed its
+	// X-Forwarded-* headers.
+	forwarded bool
 }
 
 // underWay is a request counted as under way (RequestStarted) until its
@@ -153,6 +167,11 @@ func New(cfg Config) *Proxy {
 		p.domain = "localhost"
 	}
 	p.dotDomain = "." + p.domain
+	if p.fleet = cfg.Fleet; p.fleet != nil {
+		if p.router = cfg.Router; p.router == nil {
+			p.router, _ = cfg.Engine.(Router)
+		}
+	}
 	if p.hold <= 0 {
 		p.hold = 30 * time.Second
 	}
@@ -210,7 +229,12 @@ func (p *Proxy) reverseProxy(t http.RoundTripper) *httputil.ReverseProxy {
 				pr.Out.URL.RawQuery = q.Encode()
 			}
 			pr.Out.Header.Del(HeaderToken)
-			pr.SetXForwarded()
+			if up.forwarded {
+				// The node the client came to said who it is.
+				forwardedFrom(pr)
+			} else {
+				pr.SetXForwarded()
+			}
 		},
 		ModifyResponse: func(resp *http.Response) error {
 			// The answer begins.
@@ -336,9 +360,22 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) error {
+	// The fleet headers go first: nothing after reads them unchecked.
+	_, forwarded, err := p.fleet.Verify(r)
+	if err != nil {
+		return err
+	}
 	t, err := p.route(r)
 	if err != nil {
 		return err
+	}
+	if p.router != nil {
+		if done, err := p.toOwner(w, r, t, forwarded); done {
+			return err
+		}
+		if forwarded {
+			r = r.WithContext(context.WithValue(r.Context(), forwardedKey{}, true))
+		}
 	}
 	connect := r.Method == http.MethodConnect
 	if svc := p.services[t.port]; svc != nil && !connect {
@@ -482,7 +519,7 @@ func (p *Proxy) awaitPort(ctx context.Context, sb *torpor.Sandbox, port int) err
 // cleartext HTTP/2 when it came in over HTTP/2 and the sandbox's server
 // speaks it, else over HTTP/1.1, both through httputil.ReverseProxy.
 func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, sb *torpor.Sandbox, port int, req *underWay) {
-	up := upstream{sb: sb, port: port, host: poolKey(sb.ID, port), req: req}
+	up := upstream{sb: sb, port: port, host: poolKey(sb.ID, port), req: req, forwarded: r.Context().Value(forwardedKey{}) != nil}
 	ctx := context.WithValue(r.Context(), upstreamKey{}, up)
 	// The Transport's kept-alive connections are parked between requests
 	// like the loop's. (An HTTP/2 connection, shared among requests, is
