@@ -93,7 +93,7 @@ var fuzzTypes = []string{"", "", "application/json; charset=utf-8", "text/plain"
 // the raw query and the body as they are.
 func (w *fuzzWorld) fuzzRequest(rt string, who, caller, ctype uint8, seg, query string, body []byte) (req *http.Request, sandbox string, err error) {
 	method, pattern := splitRoute(rt)
-	vals := map[string]string{"sandbox": w.a.running.ID, "process": strconv.Itoa(w.a.pid), "webhook": w.a.webhook.ID, "template": "base", "tenant": tenantA}
+	vals := map[string]string{"sandbox": w.a.running.ID, "process": strconv.Itoa(w.a.pid), "webhook": w.a.webhook.ID, "template": "base", "tenant": tenantA, "node": "node-a"}
 	switch who % 4 {
 	case 1:
 		vals["sandbox"] = w.a.paused.ID

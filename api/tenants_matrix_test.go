@@ -85,6 +85,10 @@ var notTenantScoped = map[string]string{
 	"DELETE /ui/session":          "ends the session of the caller's own cookie (none here), never a tenant's objects",
 	"GET /ui":                     "redirects to the dashboard's page: the same answer for everyone",
 	"GET /ui/":                    "the dashboard's static files: the same for everyone",
+	// A fleet's nodes are the operator's.
+	"GET /v1/nodes":                 "admin only: a tenant key is refused with 403 before anything is read",
+	"POST /v1/nodes/{name}/drain":   "admin only: a tenant key is refused with 403 before anything is read",
+	"POST /v1/nodes/{name}/undrain": "admin only: a tenant key is refused with 403 before anything is read",
 }
 
 // placeholders say what fills each path parameter, by the segment before
@@ -97,6 +101,7 @@ var placeholders = map[string]string{
 	"webhooks/{id}":    "webhook",
 	"templates/{name}": "template",
 	"pools/{template}": "template",
+	"nodes/{name}":     "node",
 	"tenants/{name}":   "tenant",
 }
 
@@ -205,7 +210,7 @@ func everyRouteRefusesAnotherTenant(t *testing.T, byCookie bool) {
 		method, pattern := splitRoute(rt)
 		req := validRequests[rt]
 		for _, sb := range sandboxes {
-			vals := map[string]string{"sandbox": sb.id, "process": strconv.Itoa(a.pid), "webhook": a.webhook.ID, "template": "base", "tenant": tenantA}
+			vals := map[string]string{"sandbox": sb.id, "process": strconv.Itoa(a.pid), "webhook": a.webhook.ID, "template": "base", "tenant": tenantA, "node": "node-a"}
 			path, kinds, err := fillPattern(pattern, vals)
 			if err != nil {
 				t.Fatalf("%s: %v", rt, err)
@@ -303,7 +308,7 @@ func everyRouteRefusesAnotherTenant(t *testing.T, byCookie bool) {
 		if req.on == "paused" {
 			id = own.paused.ID
 		}
-		path, _, _ := fillPattern(pattern, map[string]string{"sandbox": id, "process": strconv.Itoa(own.pid), "webhook": own.webhook.ID, "template": "base", "tenant": tenantA})
+		path, _, _ := fillPattern(pattern, map[string]string{"sandbox": id, "process": strconv.Itoa(own.pid), "webhook": own.webhook.ID, "template": "base", "tenant": tenantA, "node": "node-a"})
 		if req.query != "" {
 			path += "?" + req.query
 		}

@@ -22,6 +22,7 @@ func (c *cli) createCmd() *cobra.Command {
 		req              torpor.CreateRequest
 		res              torpor.Resources
 		env, md          []string
+		nodeLabels       []string
 		setup            []string
 		runtimeKind      string
 		cpus             float64
@@ -42,6 +43,9 @@ func (c *cli) createCmd() *cobra.Command {
 				return err
 			}
 			if req.Metadata, err = kv("metadata", md); err != nil {
+				return err
+			}
+			if req.NodeLabels, err = kv("node-label", nodeLabels); err != nil {
 				return err
 			}
 			res = torpor.Resources{VCPUs: cpus, MemoryMiB: mem, Pids: pids, DiskMiB: disks}
@@ -86,6 +90,7 @@ func (c *cli) createCmd() *cobra.Command {
 	f.Int64Var(&disks, "disk", 0, "disk in MiB (default: the server's)")
 	f.StringArrayVarP(&env, "env", "e", nil, "environment variable KEY=VALUE (repeatable)")
 	f.StringArrayVarP(&md, "metadata", "m", nil, "metadata KEY=VALUE (repeatable)")
+	f.StringArrayVar(&nodeLabels, "node-label", nil, "in a fleet, place the sandbox on a node with the label KEY=VALUE (repeatable; docs/fleet.md)")
 	f.StringArrayVar(&setup, "setup", nil, "shell command run at each boot before the entrypoint (repeatable)")
 	f.StringVar(&runtimeKind, "runtime", "", "runtime (default: the server's)")
 	f.StringVar(&req.Isolation, "isolation", "", "container or vm (default: the server's; torpor runtimes lists them)")
@@ -331,6 +336,8 @@ func (c *cli) printSandbox(sb *torpor.Sandbox) error {
 	row("Last activity", sb.LastActivityAt.Local().Format(time.DateTime))
 	row("Resources", fmt.Sprintf("%g vCPU, %d MiB memory, %d pids, %d MiB disk", sb.Resources.VCPUs, sb.Resources.MemoryMiB, sb.Resources.Pids, sb.Resources.DiskMiB))
 	row("Runtime", sb.Runtime.Kind)
+	row("Node", nodeString(sb))
+	row("Durability", firstNonEmpty(string(sb.Durability), "-"))
 	row("Pause modes", fmt.Sprint(sb.PauseModes))
 	row("Boots", fmt.Sprint(sb.Boots))
 	row("Meters", sb.Meters.String())

@@ -844,6 +844,8 @@
       ["pause modes", (sb.pause_modes || []).join(", ")], ["paused by", sb.pause_mode || ""],
       ["snapshot", sb.snapshot ? bytes(sb.snapshot.size_bytes) : ""], ["boots", String(sb.boots)],
       ["address", sb.address || ""], ["internet", sb.allow_internet ? "allowed" : "no"],
+      ["node", sb.node ? sb.node + " (epoch " + sb.node_epoch + ")" : (sb.durability === "remote" ? "none: in the object store, any node may start it" : "")],
+      ["durability", sb.durability === "remote" ? "remote (in the object store too)" : sb.durability === "node" ? "node (on its node only)" : ""],
       ["metadata", meta.childNodes.length ? meta : ""],
     ]);
     const m = sb.meters || {};
@@ -1397,6 +1399,7 @@
       }
       $("c-rows").replaceChildren(frag);
     }
+    if (st.session.admin) await loadNodes();
     try {
       const r = await api("GET", "/v1/runtimes");
       const ul = clear($("c-runtimes"));
@@ -1416,6 +1419,55 @@
         el("td", { text: g.state || sb.state })));
     }
     $("c-gpu-rows").replaceChildren(frag);
+  }
+
+  // loadNodes shows an admin the fleet's nodes (GET /v1/nodes): each
+  // one's state, what it lends and what its sandboxes hold, and how many
+  // it holds in each state. A server that is no node of a fleet has none,
+  // and the table stays hidden.
+  async function loadNodes() {
+    $("c-nodes-error").textContent = "";
+    let nodes = [];
+    try {
+      nodes = (await api("GET", "/v1/nodes")).nodes || [];
+    } catch (e) {
+      $("c-nodes-error").textContent = "Nodes are not available: " + e.message;
+    }
+    $("c-nodes-h").hidden = !nodes.length;
+    $("c-nodes").hidden = !nodes.length;
+    const frag = document.createDocumentFragment();
+    for (const n of nodes) frag.append(nodeRow(n));
+    $("c-nodes-rows").replaceChildren(frag);
+  }
+
+  // nodeRow is one node: its name (marked when it is the node the page
+  // talks to), state badge, CPU and memory bars and sandbox counts.
+  function nodeRow(n) {
+    const cap = n.capacity || {}, used = n.used || {}, counts = n.sandboxes || {};
+    const labels = el("span");
+    for (const [k, v] of Object.entries(n.labels || {})) labels.append(el("span", { class: "chip", text: v ? k + "=" + v : k }));
+    return el("tr", { "data-node": n.name },
+      el("td", { class: "mono", text: n.name + (n.self ? " (this node)" : "") }),
+      el("td", {}, el("span", { class: "badge " + n.state, text: n.state })),
+      el("td", { class: "mono", text: n.address || "—" }),
+      el("td", {}, usageBar(used.vcpus || 0, cap.vcpus || 0, (v) => String(Math.round(v * 100) / 100), "vCPU")),
+      el("td", {}, usageBar(used.memory_mib || 0, cap.memory_mib || 0, (v) => String(Math.round(v)), "MiB")),
+      el("td", { class: "num", text: String(counts.running || 0) }),
+      el("td", { class: "num", text: String(counts.paused || 0) }),
+      el("td", { class: "num", text: String(counts.hibernated || 0) }),
+      el("td", {}, labels),
+      el("td", { title: n.heartbeat_at ? when(n.heartbeat_at) : "", text: n.heartbeat_at ? dur((Date.now() - Date.parse(n.heartbeat_at)) / 1000) + " ago" : "—" }));
+  }
+
+  // usageBar is "used / capacity unit" over a bar of the share held; a
+  // capacity of 0 lends without a bound, and shows no bar.
+  function usageBar(used, cap, fmt, unit) {
+    const text = el("div", { text: fmt(used) + (cap ? " / " + fmt(cap) : "") + " " + unit });
+    if (!cap) return text;
+    const share = Math.min(100, (used / cap) * 100);
+    const span = el("span");
+    span.style.width = share.toFixed(1) + "%";
+    return el("div", {}, text, el("div", { class: "bar" + (share >= 90 ? " full" : ""), title: share.toFixed(0) + "% held" }, span));
   }
 
   // ---------------------------------------------------------------- webhooks
