@@ -3,10 +3,10 @@ package lifecycle_test
 import (
 	"context"
 	"errors"
-	"os"
-	"path/filepath"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
