@@ -45,6 +45,12 @@ type Node struct {
 	// Sandboxes counts its sandboxes by state (filled in by ListNodes).
 	Sandboxes map[State]int `json:"sandboxes"`
 	State     NodeState     `json:"state"`
+	// Instance is an opaque random id of the daemon's data dir (empty:
+	// none given). A second data dir that runs under the same name (a
+	// cloned host) is refused by JoinNode while the node is not down, and
+	// fenced where it slipped through, so that two daemons never serve
+	// one node's sandboxes.
+	Instance string `json:"-"`
 	// Epoch is the node's incarnation: it moves on when the node is
 	// declared down, which fences off anything the old one still does.
 	Epoch       int64     `json:"epoch"`
@@ -87,6 +93,18 @@ func Fenced(node string) *Error {
 		Message: "node " + node + " was declared down; it may not change sandboxes until it joins again"}
 }
 
+// ReasonNodeInUse refines the conflict of a join by a daemon of another
+// data dir (another Node.Instance) under the name of a node that is not
+// down.
+const ReasonNodeInUse = "node_in_use"
+
+// NodeInUse is the error of such a join.
+func NodeInUse(node string) *Error {
+	return &Error{Code: EConflict, Reason: ReasonNodeInUse,
+		Message: "node " + node + " runs from another data dir: another torpor daemon (a copy of this host?) runs as this node; " +
+			"give each daemon of a fleet its own node name, or stop the other daemon and let the fleet declare the node down (docs/fleet.md)"}
+}
+
 // ReasonMoved refines the unavailable error of a request that reached a
 // node which does not own the sandbox (its owner changed under the
 // request): sent again, it goes to the owner.
@@ -102,14 +120,17 @@ func Moved(id, node string) *Error {
 // NodeStore keeps the fleet's nodes. Times are the database's, so that the
 // nodes' clocks need not agree.
 type NodeStore interface {
-	// JoinNode registers n (Name, addresses, labels, runtimes, host,
-	// capacity) as up and returns its epoch: the one it had while it was
-	// never declared down, a new one when it was (or is new). From then
-	// on the store fences the sandbox writes of this store handle with
-	// that node and epoch (see Fenced).
+	// JoinNode registers n (Name, Instance, addresses, labels, runtimes,
+	// host, capacity) as up and returns its epoch: the one it had while
+	// it was never declared down, a new one when it was (or is new). A
+	// node that is not down and joined with another Instance refuses the
+	// join (NodeInUse); an empty Instance matches any. From then on the
+	// store fences the sandbox writes of this store handle with that
+	// node, epoch and instance (see Fenced).
 	JoinNode(ctx context.Context, n Node) (epoch int64, err error)
 	// Heartbeat records that the node is alive now, with what it uses;
-	// a node declared down (another epoch) gets Fenced. It returns the
+	// a node declared down (another epoch), or taken by another instance
+	// than the one this handle joined as, gets Fenced. It returns the
 	// node's state (up, or draining when someone asked for a drain).
 	Heartbeat(ctx context.Context, name string, epoch int64, used Resources) (NodeState, error)
 	// ListNodes returns every node, by name, with its sandbox counts.
@@ -124,7 +145,9 @@ type NodeStore interface {
 	DeclareDown(ctx context.Context, timeout time.Duration) ([]Node, error)
 	// Exclusive runs fn while holding the fleet-wide lock called name,
 	// which one caller at a time holds (PostgreSQL: an advisory lock); it
-	// returns false without running fn when another holds it.
+	// returns false without running fn when another holds it. fn's
+	// context is cancelled when the lock is lost (its database session
+	// ended), since another may then take it: fn must stop.
 	Exclusive(ctx context.Context, name string, fn func(ctx context.Context) error) (bool, error)
 }
 

@@ -57,8 +57,8 @@ var copyTables = []copyTable{
 	{name: "pools", query: `SELECT template, size, allow_internet FROM pools`, columns: []string{"template", "size", "allow_internet"}, bools: []int{2}},
 	// A node keeps its epoch, so that the epochs its sandboxes were taken
 	// at stay its own.
-	{name: "nodes", query: `SELECT name, address, proxy_address, host, state, epoch, joined_at, heartbeat_at, record, used FROM nodes`,
-		columns: []string{"name", "address", "proxy_address", "host", "state", "epoch", "joined_at", "heartbeat_at", "record", "used"}},
+	{name: "nodes", query: `SELECT name, address, proxy_address, host, state, epoch, joined_at, heartbeat_at, record, used, instance FROM nodes`,
+		columns: []string{"name", "address", "proxy_address", "host", "state", "epoch", "joined_at", "heartbeat_at", "record", "used", "instance"}},
 }
 
 // Progress is told how far a copy is: rows of table done out of total.

@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/torpor-dev/torpor"
 )
 
 // databaseLockKey is the session advisory lock a daemon holds on its
@@ -22,6 +25,11 @@ const databaseLockKey = 0x746f72706f72 + 2
 // lockWait is how long Open waits for a lock held by a session that may
 // be ending.
 const lockWait = 5 * time.Second
+
+// keepEvery is how often the holder checks that its locks' session is
+// alive, and tries to take them again when it is not: the locks are free
+// for anyone from a server restart until then.
+const keepEvery = time.Second
 
 // ErrDatabaseInUse is returned by Open when the database is another
 // daemon's alone: with Options.Exclusive while any daemon uses it, with
@@ -64,22 +72,42 @@ func daemonLocks(node, where string) []advisoryLock {
 
 // nodeLock holds a daemon's locks on a connection of its own, outside the
 // pool. A server restart ends the session and its locks: the holder
-// reconnects and takes them again.
+// reconnects and takes them again. Where another daemon took one first
+// (a copy of this host, crash-looping on ErrNodeInUse, is quicker), this
+// daemon may no longer act as what the lock stood for: the lock is lost
+// for good, and the store refuses the writes it fences (Store.lockLost).
 type nodeLock struct {
 	cfg   *pgx.ConnConfig
 	locks []advisoryLock
-	stop  chan struct{}
-	done  sync.WaitGroup
+	node  string // the node name, for messages ("": outside a fleet)
+	log   *slog.Logger
+	// app is the application_name of the lock's sessions, unique to this
+	// holder: a session of its own that the server did not see end (the
+	// network, not a restart, took the connection) is told from another
+	// daemon's by it.
+	app  string
+	stop chan struct{}
+	done sync.WaitGroup
 
 	mu   sync.Mutex
 	conn *pgx.Conn
 	held bool // the locks are held on conn
+
+	// lost is closed once another session took a lock this one held;
+	// lostErr is then what the store's fenced calls return.
+	lost    chan struct{}
+	lostErr error
 }
 
 // takeNodeLock connects and takes the locks, or returns the refusal of
 // the first one another session holds.
-func takeNodeLock(ctx context.Context, cfg *pgx.ConnConfig, locks []advisoryLock, where string) (*nodeLock, error) {
-	l := &nodeLock{cfg: cfg, locks: locks, stop: make(chan struct{})}
+func takeNodeLock(ctx context.Context, cfg *pgx.ConnConfig, locks []advisoryLock, node, where string, log *slog.Logger) (*nodeLock, error) {
+	l := &nodeLock{cfg: cfg, locks: locks, node: node, log: log, app: "torpor lock " + torpor.NewID("", 16),
+		stop: make(chan struct{}), lost: make(chan struct{})}
+	if cfg.RuntimeParams == nil {
+		cfg.RuntimeParams = map[string]string{}
+	}
+	cfg.RuntimeParams["application_name"] = l.app
 	// A daemon killed a moment ago holds the lock until the server sees
 	// its connection close: wait a little for that before refusing.
 	deadline := time.Now().Add(lockWait)
@@ -94,7 +122,7 @@ func takeNodeLock(ctx context.Context, cfg *pgx.ConnConfig, locks []advisoryLock
 		}
 		if time.Now().After(deadline) {
 			l.release()
-			return nil, refused
+			return nil, refused.refusal
 		}
 		select {
 		case <-ctx.Done():
@@ -108,9 +136,9 @@ func takeNodeLock(ctx context.Context, cfg *pgx.ConnConfig, locks []advisoryLock
 }
 
 // take connects when there is no connection and tries the locks in
-// order. It returns the refusal of a lock another session holds, having
-// let go of those it took, or nil with every lock held.
-func (l *nodeLock) take(ctx context.Context) (refused, err error) {
+// order. It returns the lock another session holds, having let go of
+// those it took, or nil with every lock held.
+func (l *nodeLock) take(ctx context.Context) (refused *advisoryLock, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.conn == nil {
@@ -120,12 +148,12 @@ func (l *nodeLock) take(ctx context.Context) (refused, err error) {
 		}
 		l.conn = c
 	}
-	fail := func(err error) (error, error) {
+	fail := func(err error) (*advisoryLock, error) {
 		l.conn.Close(context.Background())
 		l.conn, l.held = nil, false
 		return nil, err
 	}
-	for _, lk := range l.locks {
+	for i, lk := range l.locks {
 		try := `SELECT pg_try_advisory_lock($1)`
 		if lk.shared {
 			try = `SELECT pg_try_advisory_lock_shared($1)`
@@ -141,18 +169,18 @@ func (l *nodeLock) take(ctx context.Context) (refused, err error) {
 				return fail(err)
 			}
 			l.held = false
-			return lk.refusal, nil
+			return &l.locks[i], nil
 		}
 	}
 	l.held = true
 	return nil, nil
 }
 
-// keep checks the locks' connection every few seconds and, when the
-// server dropped it (or another process took a lock meanwhile), tries to
-// take the locks again.
+// keep checks the locks' connection every keepEvery and, when the server
+// dropped it, takes the locks again, until another session is found
+// holding one of them.
 func (l *nodeLock) keep() {
-	t := time.NewTicker(5 * time.Second)
+	t := time.NewTicker(keepEvery)
 	defer t.Stop()
 	for {
 		select {
@@ -160,19 +188,125 @@ func (l *nodeLock) keep() {
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		l.mu.Lock()
-		alive := l.conn != nil && l.conn.Ping(ctx) == nil
-		if !alive && l.conn != nil {
-			l.conn.Close(context.Background())
-			l.conn, l.held = nil, false
+		if !l.check() {
+			return
 		}
-		held := l.held
-		l.mu.Unlock()
-		if !held {
-			_, _ = l.take(ctx)
+	}
+}
+
+// check makes sure the locks are held, taking them again after a lost
+// connection. It returns false once another session holds one of them:
+// the locks are lost for good.
+func (l *nodeLock) check() bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	l.mu.Lock()
+	alive := l.conn != nil && l.conn.Ping(ctx) == nil
+	if !alive && l.conn != nil {
+		l.conn.Close(context.Background())
+		l.conn, l.held = nil, false
+		l.log.Warn("postgres store: lost the database session that holds this daemon's lock; taking the lock again", "node", l.node)
+	}
+	held := l.held
+	l.mu.Unlock()
+	if held {
+		return true
+	}
+	refused, err := l.take(ctx)
+	if err != nil {
+		return true // the server is still away: the next check tries again
+	}
+	if refused == nil {
+		l.log.Info("postgres store: took this daemon's lock on the database again", "node", l.node)
+		return true
+	}
+	if other, err := l.heldByOther(ctx, *refused); err != nil || !other {
+		return true
+	}
+	l.lostErr = lockLost(l.node)
+	close(l.lost)
+	l.mu.Lock()
+	if l.conn != nil {
+		l.conn.Close(context.Background())
+		l.conn = nil
+	}
+	l.mu.Unlock()
+	l.log.Error("postgres store: ANOTHER TORPOR DAEMON TOOK THIS DAEMON'S LOCK ON THE DATABASE while its connection was down "+
+		"(a copy of this host, under the same node name?); this daemon changes no sandbox any more and must be restarted "+
+		"once the other one is stopped", "node", l.node, "refusal", refused.refusal)
+	return false
+}
+
+// heldByOther reports whether lk, which this session was refused, is
+// held by another daemon's session. A session of this holder's own that
+// the server has not yet seen end holds it too: that one is ended, so
+// that the next check takes the lock, and is not another daemon.
+func (l *nodeLock) heldByOther(ctx context.Context, lk advisoryLock) (bool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.conn == nil {
+		return false, errors.New("no connection")
+	}
+	// A bigint key is the lock's classid (high half) and objid (low
+	// half), with objsubid 1. A shared lock is refused by exclusive
+	// holders only.
+	rows, err := l.conn.Query(ctx, `SELECT l.pid, a.application_name FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+		WHERE l.locktype = 'advisory' AND l.granted AND l.pid <> pg_backend_pid() AND l.objsubid = 1
+			AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+			AND (l.classid::bigint << 32 | l.objid::bigint) = $1 AND (NOT $2 OR l.mode = 'ExclusiveLock')`, lk.key, lk.shared)
+	if err != nil {
+		return false, err
+	}
+	type holder struct {
+		pid int32
+		app *string
+	}
+	holders, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (holder, error) {
+		var h holder
+		return h, row.Scan(&h.pid, &h.app)
+	})
+	if err != nil {
+		return false, err
+	}
+	for _, h := range holders {
+		if h.app == nil {
+			return false, nil // a session going away: look again next time
 		}
-		cancel()
+		if *h.app != l.app {
+			return true, nil
+		}
+	}
+	for _, h := range holders {
+		// The timeout waits (up to a second) for the session to exit,
+		// which frees the lock for the next check.
+		if _, err := l.conn.Exec(ctx, `SELECT pg_terminate_backend($1, 1000)`, h.pid); err != nil {
+			return false, err
+		}
+		l.log.Warn("postgres store: ended a database session of this daemon's that still held its lock", "node", l.node, "pid", h.pid)
+	}
+	return false, nil
+}
+
+// lockLost is the error of the store's fenced calls once another daemon
+// took this one's lock (see nodeLock): unavailable, with reason fenced,
+// so that the engine fences itself as it does when declared down.
+func lockLost(node string) *torpor.Error {
+	who := "this daemon"
+	if node != "" {
+		who = "node " + node
+	}
+	return &torpor.Error{Code: torpor.EUnavailable, Reason: torpor.ReasonFenced,
+		Message: "another torpor daemon took the database lock of " + who + " while its connection was down (a copy of this host?); " +
+			"this daemon changes no sandbox any more: stop the other daemon, then restart this one"}
+}
+
+// lostError is the error of a fenced call once the locks are lost, or nil.
+func (l *nodeLock) lostError() error {
+	select {
+	case <-l.lost:
+		return l.lostErr
+	default:
+		return nil
 	}
 }
 

@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/torpor-dev/torpor"
 	"github.com/torpor-dev/torpor/store/sqlite"
@@ -25,16 +27,28 @@ const nowMicros = `(extract(epoch FROM now()) * 1000000)::bigint`
 
 // fence is the node a store handle writes sandboxes as, once it joined:
 // a write is refused (torpor.Fenced) unless the node still has this
-// epoch and is not down.
+// epoch and instance and is not down.
 type fence struct {
-	node  string
-	epoch int64
+	node     string
+	epoch    int64
+	instance string // "": any
+}
+
+// instanceOf is the instance this handle joined node name as ("" when it
+// did not join as that node).
+func (s *Store) instanceOf(name string) string {
+	if f := s.fence.Load(); f != nil && f.node == name {
+		return f.instance
+	}
+	return ""
 }
 
 // fenceSteps are the first steps of a sandbox write of a handle that
 // joined a fleet: a transaction advisory lock on the node, shared with
 // its other writes, then a check that the node still has the handle's
-// epoch and is not down, which refuses the write where it does not.
+// epoch and instance and is not down, which refuses the write where it
+// does not. A handle whose lock another daemon took (nodeLock) writes
+// nothing: fenceSteps returns its error.
 // DeclareDown takes the same lock exclusively before it marks the node
 // down, which waits for the writes in flight to commit; a write that
 // comes after waits for DeclareDown and then finds the new epoch (its
@@ -47,30 +61,38 @@ type fence struct {
 // queues them behind it; and heartbeats, which update the row, never
 // wait for writes. A handle that never joined writes unfenced, as a lone
 // daemon does.
-func (s *Store) fenceSteps() []step {
+func (s *Store) fenceSteps() ([]step, error) {
+	if err := s.lockLost(); err != nil {
+		return nil, err
+	}
 	f := s.fence.Load()
 	if f == nil {
-		return nil
+		return nil, nil
 	}
 	return []step{
 		{sql: `SELECT pg_advisory_xact_lock_shared($1)`, args: []any{lockKey("fence", f.node)}, op: "take the node's fence lock"},
-		{sql: `SELECT 1 FROM nodes WHERE name = $1 AND epoch = $2 AND state <> 'down'`,
-			args: []any{f.node, f.epoch}, op: "check the node's epoch",
+		{sql: `SELECT 1 FROM nodes WHERE name = $1 AND epoch = $2 AND state <> 'down' AND (instance = '' OR $3 = '' OR instance = $3)`,
+			args: []any{f.node, f.epoch, f.instance}, op: "check the node's epoch",
 			check: func(ct pgconn.CommandTag) error {
 				if ct.RowsAffected() == 0 {
 					return torpor.Fenced(f.node)
 				}
 				return nil
 			}},
-	}
+	}, nil
 }
 
 // JoinNode registers n as up and returns its epoch: 1 for a new node, the
 // one it has otherwise (DeclareDown gave a node it marked down a new one).
-// From then on this handle's sandbox writes are fenced with it.
+// A node that is not down and joined from another instance is refused
+// (torpor.NodeInUse), and left as it was; a down one takes the new
+// instance. From then on this handle's sandbox writes are fenced with it.
 func (s *Store) JoinNode(ctx context.Context, n torpor.Node) (int64, error) {
 	if n.Name == "" {
 		return 0, torpor.Invalid("name", "node name is empty")
+	}
+	if err := s.lockLost(); err != nil {
+		return 0, err
 	}
 	record, used, err := sqlite.EncodeNodeRecord(n)
 	if err != nil {
@@ -79,12 +101,21 @@ func (s *Store) JoinNode(ctx context.Context, n torpor.Node) (int64, error) {
 	op := fmt.Sprintf("join node %q", n.Name)
 	var epoch int64
 	err = s.inTx(ctx, op, func(tx pgx.Tx) error {
-		err := tx.QueryRow(ctx, `INSERT INTO nodes (name, address, proxy_address, host, state, epoch, joined_at, heartbeat_at, record, used)
-			VALUES ($1, $2, $3, $4, 'up', 1, `+nowMicros+`, `+nowMicros+`, $5, $6)
+		// The WHERE of the upsert skips the update, and so returns no
+		// row, for a node that another instance runs (the row lock the
+		// upsert takes orders it with a concurrent DeclareDown); a join
+		// with no instance keeps the one stored.
+		err := tx.QueryRow(ctx, `INSERT INTO nodes (name, address, proxy_address, host, state, epoch, joined_at, heartbeat_at, record, used, instance)
+			VALUES ($1, $2, $3, $4, 'up', 1, `+nowMicros+`, `+nowMicros+`, $5, $6, $7)
 			ON CONFLICT (name) DO UPDATE SET address = excluded.address, proxy_address = excluded.proxy_address, host = excluded.host,
 				state = excluded.state, joined_at = excluded.joined_at, heartbeat_at = excluded.heartbeat_at,
-				record = excluded.record, used = excluded.used
-			RETURNING epoch`, n.Name, n.Address, n.ProxyAddress, n.Host, record, used).Scan(&epoch)
+				record = excluded.record, used = excluded.used,
+				instance = CASE WHEN excluded.instance = '' THEN nodes.instance ELSE excluded.instance END
+			WHERE nodes.state = 'down' OR nodes.instance = '' OR excluded.instance = '' OR nodes.instance = excluded.instance
+			RETURNING epoch`, n.Name, n.Address, n.ProxyAddress, n.Host, record, used, n.Instance).Scan(&epoch)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return torpor.NodeInUse(n.Name)
+		}
 		if err != nil {
 			return wrap(err, "", op)
 		}
@@ -93,13 +124,17 @@ func (s *Store) JoinNode(ctx context.Context, n torpor.Node) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	s.fence.Store(&fence{node: n.Name, epoch: epoch})
+	s.fence.Store(&fence{node: n.Name, epoch: epoch, instance: n.Instance})
 	return epoch, nil
 }
 
 // Heartbeat records that node name, at epoch, is alive now (by the
-// database's clock) and uses used.
+// database's clock) and uses used. Where this handle joined as the node,
+// the node must still be its instance's.
 func (s *Store) Heartbeat(ctx context.Context, name string, epoch int64, used torpor.Resources) (torpor.NodeState, error) {
+	if err := s.lockLost(); err != nil {
+		return "", err
+	}
 	u, err := sqlite.EncodeResources(used)
 	if err != nil {
 		return "", fmt.Errorf("postgres store: %w", err)
@@ -107,8 +142,9 @@ func (s *Store) Heartbeat(ctx context.Context, name string, epoch int64, used to
 	op := fmt.Sprintf("heartbeat of node %q", name)
 	var state string
 	err = s.inTx(ctx, op, func(tx pgx.Tx) error {
-		err := tx.QueryRow(ctx, `UPDATE nodes SET heartbeat_at = `+nowMicros+`, used = $1 WHERE name = $2 AND epoch = $3 AND state <> 'down'
-			RETURNING state`, u, name, epoch).Scan(&state)
+		err := tx.QueryRow(ctx, `UPDATE nodes SET heartbeat_at = `+nowMicros+`, used = $1
+			WHERE name = $2 AND epoch = $3 AND state <> 'down' AND (instance = '' OR $4 = '' OR instance = $4)
+			RETURNING state`, u, name, epoch, s.instanceOf(name)).Scan(&state)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return missingOrFenced(ctx, tx, name)
 		}
@@ -138,7 +174,7 @@ func missingOrFenced(ctx context.Context, tx pgx.Tx, name string) error {
 }
 
 // nodeColumns are what scanNode reads, in its order.
-const nodeColumns = `name, address, proxy_address, host, state, epoch, joined_at, heartbeat_at, record, used`
+const nodeColumns = `name, address, proxy_address, host, state, epoch, joined_at, heartbeat_at, record, used, instance`
 
 func scanNode(row pgx.Row, more ...any) (torpor.Node, error) {
 	var (
@@ -146,7 +182,7 @@ func scanNode(row pgx.Row, more ...any) (torpor.Node, error) {
 		state, record, used string
 		joined, beat        int64
 	)
-	dest := append([]any{&n.Name, &n.Address, &n.ProxyAddress, &n.Host, &state, &n.Epoch, &joined, &beat, &record, &used}, more...)
+	dest := append([]any{&n.Name, &n.Address, &n.ProxyAddress, &n.Host, &state, &n.Epoch, &joined, &beat, &record, &used, &n.Instance}, more...)
 	if err := row.Scan(dest...); err != nil {
 		return n, err
 	}
@@ -240,7 +276,7 @@ func (s *Store) DeclareDown(ctx context.Context, timeout time.Duration) ([]torpo
 				WHERE name = ANY($2::text[]) AND state <> 'down' AND heartbeat_at <= `+cutoff+` ORDER BY name FOR UPDATE)
 			UPDATE nodes n SET state = 'down', epoch = n.epoch + 1 FROM stale WHERE n.name = stale.name
 			RETURNING stale.name, stale.address, stale.proxy_address, stale.host, stale.state, stale.epoch,
-				stale.joined_at, stale.heartbeat_at, stale.record, stale.used`, timeout.Microseconds(), stale)
+				stale.joined_at, stale.heartbeat_at, stale.record, stale.used, stale.instance`, timeout.Microseconds(), stale)
 		if err != nil {
 			return wrap(err, "", op)
 		}
@@ -260,10 +296,19 @@ func (s *Store) DeclareDown(ctx context.Context, timeout time.Duration) ([]torpo
 
 // Exclusive runs fn while this store holds the session advisory lock
 // called name on a connection of the pool, kept from the pool until fn
-// returns, or returns false at once when another session holds it. A
-// connection lost meanwhile frees the lock early: what fn does must
-// itself be safe to overlap with a next holder's (fenced writes are).
+// returns, or returns false at once when another session holds it. The
+// lock lasts as long as that session: a server restart, or a connection
+// lost, ends it, and another node may take the lock. So the connection is
+// pinged every exclusiveCheck, and fn's context is cancelled when a ping
+// fails (or this handle's own lock was taken, see nodeLock); Exclusive
+// then returns an error saying the lock was lost, unless fn returned one
+// of its own. What fn does between the end of the session and the
+// cancellation must still be safe to overlap with a next holder's
+// (fenced writes are).
 func (s *Store) Exclusive(ctx context.Context, name string, fn func(ctx context.Context) error) (bool, error) {
+	if err := s.lockLost(); err != nil {
+		return false, err
+	}
 	op := fmt.Sprintf("take the lock %q", name)
 	c, err := s.pool.Acquire(ctx)
 	if err != nil {
@@ -290,5 +335,54 @@ func (s *Store) Exclusive(ctx context.Context, name string, fn func(ctx context.
 		}
 		c.Release()
 	}()
-	return true, fn(ctx)
+	fctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := make(chan struct{})
+	var watch sync.WaitGroup
+	watch.Go(func() { s.watchLock(c, name, stop, cancel) })
+	err = fn(fctx)
+	// The watcher is done with the connection before it is unlocked.
+	close(stop)
+	watch.Wait()
+	if lost := context.Cause(fctx); lost != nil && ctx.Err() == nil && (err == nil || errors.Is(err, context.Canceled)) {
+		err = lost
+	}
+	return true, err
+}
+
+// exclusiveCheck is how often Exclusive makes sure its lock's session is
+// alive.
+const exclusiveCheck = time.Second
+
+// watchLock pings c, which holds the lock called name, every
+// exclusiveCheck until stop is closed, and cancels with an error saying
+// the lock was lost when a ping fails or takes longer than a few
+// seconds, or when this handle's own lock is lost.
+func (s *Store) watchLock(c *pgxpool.Conn, name string, stop <-chan struct{}, cancel context.CancelCauseFunc) {
+	var lost <-chan struct{}
+	if s.lock != nil {
+		lost = s.lock.lost
+	}
+	t := time.NewTicker(exclusiveCheck)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-lost:
+			cancel(s.lockLost())
+			return
+		case <-t.C:
+		}
+		// Not fn's context: a ping cut short by fn's return would cost
+		// the connection.
+		pctx, pcancel := context.WithTimeout(context.Background(), 3*time.Second)
+		err := c.Ping(pctx)
+		pcancel()
+		if err != nil {
+			cancel(&torpor.Error{Code: torpor.EUnavailable, Reason: ReasonStoreUnavailable, RetryAfter: unavailableRetry,
+				Message: fmt.Sprintf("lost the lock %q: its database session ended (%v)", name, redactErr(err, s.url))})
+			return
+		}
+	}
 }

@@ -173,6 +173,87 @@ func TestExclusiveAcrossStores(t *testing.T) {
 	}
 }
 
+// terminateLockHolders ends, from conn (an admin session), every other
+// session of the database that holds an advisory lock, as a server
+// restart would, and waits until they are gone. It returns how many it
+// ended.
+func terminateLockHolders(t *testing.T, conn *pgx.Conn) int {
+	t.Helper()
+	var n int
+	// pg_terminate_backend with a timeout waits for the session to exit,
+	// which frees its locks.
+	if err := conn.QueryRow(t.Context(), `SELECT count(*) FROM (SELECT DISTINCT pid FROM pg_locks
+		WHERE locktype = 'advisory' AND granted AND pid <> pg_backend_pid()
+			AND database = (SELECT oid FROM pg_database WHERE datname = current_database())) h
+		WHERE pg_terminate_backend(h.pid, 5000)`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// Exclusive lasts as long as the database session holding the lock: when
+// that session ends (a server restart; here it is terminated), fn's
+// context is cancelled within a couple of seconds, Exclusive says the
+// lock was lost, and another store takes the lock, so that two nodes
+// never do the work at once for long.
+func TestExclusiveEndsWithItsSession(t *testing.T) {
+	url, dir := pgtest.NewDatabase(t), t.TempDir()
+	a, b := open(t, url, dir), open(t, url, dir)
+	defer a.Close()
+	defer b.Close()
+	admin := connect(t, url)
+	ctx := t.Context()
+	// Lets fn go where its context is never cancelled, before the stores
+	// close (which waits for the lock's connection).
+	release := make(chan struct{})
+	defer close(release)
+	held := make(chan struct{})
+	var cancelled time.Duration
+	done := make(chan struct{})
+	var ok bool
+	var err error
+	go func() {
+		defer close(done)
+		ok, err = a.Exclusive(ctx, "webhooks", func(fctx context.Context) error {
+			close(held)
+			select {
+			case <-fctx.Done():
+			case <-release:
+			}
+			return nil
+		})
+	}()
+	<-held
+	if again, err := b.Exclusive(ctx, "webhooks", func(context.Context) error { return nil }); again || err != nil {
+		t.Fatalf("a second store's Exclusive while the first holds the lock = %v, %v; want false", again, err)
+	}
+	if n := terminateLockHolders(t, admin); n != 1 {
+		t.Fatalf("ended %d sessions holding advisory locks, want the one of the lock", n)
+	}
+	ended := time.Now()
+	select {
+	case <-done:
+		cancelled = time.Since(ended)
+	case <-time.After(5 * time.Second):
+		t.Fatal("fn's context is not cancelled 5 s after the lock's session ended")
+	}
+	if cancelled > 2500*time.Millisecond {
+		t.Errorf("fn's context was cancelled %v after the lock's session ended, want within about 2 s", cancelled)
+	}
+	if !ok || !torpor.IsCode(err, torpor.EUnavailable) || !strings.Contains(err.Error(), "lost the lock") {
+		t.Errorf("Exclusive whose session ended = %v, %v; want true and an unavailable error saying the lock was lost", ok, err)
+	}
+	ran := false
+	if again, err := b.Exclusive(ctx, "webhooks", func(context.Context) error { ran = true; return nil }); !again || err != nil || !ran {
+		t.Errorf("a second store's Exclusive once the first lost the lock = %v, %v (ran %v); want true", again, err, ran)
+	}
+	// The first store's pool replaced the connection: it takes the lock
+	// again once free.
+	if again, err := a.Exclusive(ctx, "webhooks", func(context.Context) error { return nil }); !again || err != nil {
+		t.Errorf("the first store's Exclusive afterwards = %v, %v; want true", again, err)
+	}
+}
+
 // BenchmarkFencedUpdate: one durable state change with an event, by a
 // store that never joined (unfenced) and by one that joined a fleet
 // (fenced: the fence lock and the epoch check ride in the same batch),

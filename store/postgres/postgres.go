@@ -29,6 +29,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"regexp"
 	"strings"
@@ -62,10 +63,20 @@ type Options struct {
 	// ErrNodeInUse while another daemon runs as the same node, and shares
 	// the database with the daemons of other node names, but not with an
 	// Exclusive one (ErrDatabaseInUse either way round).
+	//
+	// Either lock lasts as long as its database session; after a server
+	// restart the store takes it again. Should another daemon have taken
+	// it meanwhile, this store refuses from then on its sandbox writes,
+	// joins, heartbeats and Exclusive (unavailable, reason fenced): two
+	// daemons never both act as one node (nodelock.go).
 	Node string
 	// MaxConns bounds the pool (0: pgxpool's default, the larger of 4 and
 	// the number of CPUs).
 	MaxConns int32
+	// Logger tells of the lock of Exclusive or Node: lost with its
+	// connection, taken again, or taken by another daemon meanwhile
+	// (nil: slog.Default()).
+	Logger *slog.Logger
 }
 
 // Store is a torpor.Store in a PostgreSQL database. It is safe for
@@ -137,7 +148,11 @@ func Open(ctx context.Context, opt Options) (*Store, error) {
 	}
 	s := &Store{pool: pool, where: where, url: opt.URL}
 	if opt.Exclusive || opt.Node != "" {
-		if s.lock, err = takeNodeLock(ctx, cfg.ConnConfig.Copy(), daemonLocks(opt.Node, where), where); err != nil {
+		log := opt.Logger
+		if log == nil {
+			log = slog.Default()
+		}
+		if s.lock, err = takeNodeLock(ctx, cfg.ConnConfig.Copy(), daemonLocks(opt.Node, where), opt.Node, where, log); err != nil {
 			pool.Close()
 			return nil, redactErr(err, opt.URL)
 		}
@@ -154,6 +169,16 @@ func (s *Store) open(ctx context.Context, keyDir string) error {
 		return redactErr(err, s.url)
 	}
 	return s.openWebhookSecrets(ctx, keyDir)
+}
+
+// lockLost returns the error of a fenced call (a sandbox write, a join,
+// a heartbeat, Exclusive) once another daemon took this handle's lock
+// (nodeLock), or nil.
+func (s *Store) lockLost() error {
+	if s.lock == nil {
+		return nil
+	}
+	return s.lock.lostError()
 }
 
 // Where returns the database's URL without its password.

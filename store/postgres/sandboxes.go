@@ -30,12 +30,16 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *torpor.Sandbox, events ..
 	}
 	op := fmt.Sprintf("create sandbox %q", sb.ID)
 	err = s.inTx(ctx, op, func(tx pgx.Tx) error {
-		steps := append(s.fenceSteps(), step{sql: `INSERT INTO sandboxes (id, tenant, state, node, template, created_at, version, record, seen_at)
+		fencing, err := s.fenceSteps()
+		if err != nil {
+			return err
+		}
+		steps := append(fencing, step{sql: `INSERT INTO sandboxes (id, tenant, state, node, template, created_at, version, record, seen_at)
 			VALUES ($1, $2, $3, $4, $5, $6, 1, $7, $8)`,
 			args: []any{sb.ID, sb.Tenant, string(sb.State), sb.Node, sb.Template, micros(sb.CreatedAt), record, micros(sb.Usage.SeenAt)},
 			op:   op, conflict: fmt.Sprintf("sandbox %q already exists", sb.ID)})
 		steps = append(steps, metadataSteps(sb.ID, sb.Metadata)...)
-		steps, err := appendLog(steps, nil, events)
+		steps, err = appendLog(steps, nil, events)
 		if err != nil {
 			return err
 		}
@@ -73,7 +77,11 @@ func (s *Store) UpdateSandboxUsage(ctx context.Context, sb *torpor.Sandbox, usag
 	}
 	op := fmt.Sprintf("update sandbox %q", sb.ID)
 	err = s.inTx(ctx, op, func(tx pgx.Tx) error {
-		steps := append(s.fenceSteps(), step{sql: `UPDATE sandboxes SET tenant = $1, state = $2, node = $3, template = $4, created_at = $5,
+		fencing, err := s.fenceSteps()
+		if err != nil {
+			return err
+		}
+		steps := append(fencing, step{sql: `UPDATE sandboxes SET tenant = $1, state = $2, node = $3, template = $4, created_at = $5,
 			version = version + 1, record = $6, seen_at = GREATEST(seen_at, $7) WHERE id = $8 AND version = $9`,
 			args: []any{sb.Tenant, string(sb.State), sb.Node, sb.Template, micros(sb.CreatedAt), record, micros(sb.Usage.SeenAt), sb.ID, sb.Version},
 			op:   op, conflict: fmt.Sprintf("sandbox %q changed in a conflicting way", sb.ID),
@@ -86,7 +94,7 @@ func (s *Store) UpdateSandboxUsage(ctx context.Context, sb *torpor.Sandbox, usag
 			step{sql: `DELETE FROM sandbox_metadata WHERE sandbox_id = $1`, args: []any{sb.ID}, op: op},
 		)
 		steps = append(steps, metadataSteps(sb.ID, sb.Metadata)...)
-		steps, err := appendLog(steps, usage, events)
+		steps, err = appendLog(steps, usage, events)
 		if err != nil {
 			return err
 		}

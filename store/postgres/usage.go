@@ -20,7 +20,11 @@ func (s *Store) MarkSeen(ctx context.Context, t time.Time, ids ...string) error 
 	sorted := slices.Clone(ids)
 	slices.Sort(sorted)
 	return s.inTx(ctx, "mark sandboxes seen", func(tx pgx.Tx) error {
-		return runSteps(ctx, tx, append(s.fenceSteps(), step{
+		fencing, err := s.fenceSteps()
+		if err != nil {
+			return err
+		}
+		return runSteps(ctx, tx, append(fencing, step{
 			sql: `WITH locked AS (SELECT id FROM sandboxes WHERE id = ANY($2::text[]) ORDER BY id FOR UPDATE)
 			UPDATE sandboxes s SET seen_at = GREATEST(s.seen_at, $1) FROM locked WHERE s.id = locked.id`,
 			args: []any{micros(t), sorted}, op: "mark sandboxes seen"}))

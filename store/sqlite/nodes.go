@@ -35,6 +35,12 @@ CREATE TABLE nodes (
 ) STRICT;
 `
 
+// nodeInstanceSchema is migration 10: the instance (an id of the data
+// dir) that a node last joined from, so that another data dir under the
+// same name is refused while the node is up (JoinNode). Rows from before
+// it have none, which matches any.
+const nodeInstanceSchema = `ALTER TABLE nodes ADD COLUMN instance TEXT NOT NULL DEFAULT '';`
+
 var _ torpor.NodeStore = (*Store)(nil)
 
 // nodeRecord is the stored JSON form of the parts of a Node that are not
@@ -90,10 +96,26 @@ func decodeResources(data string) (torpor.Resources, error) {
 
 // fence is the node a store handle writes sandboxes as, once it joined:
 // a write is refused (torpor.Fenced) unless the node still has this
-// epoch and is not down.
+// epoch and instance and is not down.
 type fence struct {
-	node  string
-	epoch int64
+	node     string
+	epoch    int64
+	instance string // "": any
+}
+
+// sameInstance reports whether a node's stored instance and one a caller
+// gives are the same daemon's; an empty one, on either side, is any.
+func sameInstance(stored, given string) bool {
+	return stored == "" || given == "" || stored == given
+}
+
+// instanceOf is the instance this handle joined node name as ("" when it
+// did not join as that node).
+func (s *Store) instanceOf(name string) string {
+	if f := s.fence.Load(); f != nil && f.node == name {
+		return f.instance
+	}
+	return ""
 }
 
 // checkFence refuses, inside the write transaction tx, a sandbox write of
@@ -105,11 +127,11 @@ func (s *Store) checkFence(ctx context.Context, tx *sql.Tx) error {
 		return nil
 	}
 	var (
-		epoch int64
-		state string
+		epoch           int64
+		state, instance string
 	)
-	err := tx.StmtContext(ctx, s.stmts.fence).QueryRowContext(ctx, f.node).Scan(&epoch, &state)
-	if errors.Is(err, sql.ErrNoRows) || err == nil && (epoch != f.epoch || torpor.NodeState(state) == torpor.NodeDown) {
+	err := tx.StmtContext(ctx, s.stmts.fence).QueryRowContext(ctx, f.node).Scan(&epoch, &state, &instance)
+	if errors.Is(err, sql.ErrNoRows) || err == nil && (epoch != f.epoch || torpor.NodeState(state) == torpor.NodeDown || !sameInstance(instance, f.instance)) {
 		return torpor.Fenced(f.node)
 	}
 	if err != nil {
@@ -120,7 +142,9 @@ func (s *Store) checkFence(ctx context.Context, tx *sql.Tx) error {
 
 // JoinNode registers n as up and returns its epoch: 1 for a new node, the
 // one it has otherwise (DeclareDown gave a node it marked down a new one).
-// From then on this handle's sandbox writes are fenced with it.
+// A node that is not down and joined from another instance is refused
+// (torpor.NodeInUse), and left as it was; a down one takes the new
+// instance. From then on this handle's sandbox writes are fenced with it.
 func (s *Store) JoinNode(ctx context.Context, n torpor.Node) (int64, error) {
 	if n.Name == "" {
 		return 0, torpor.Invalid("name", "node name is empty")
@@ -133,13 +157,22 @@ func (s *Store) JoinNode(ctx context.Context, n torpor.Node) (int64, error) {
 	op := fmt.Sprintf("join node %q", n.Name)
 	var epoch int64
 	err = s.inTx(ctx, op, func(tx *sql.Tx) error {
-		err := tx.QueryRowContext(ctx, `INSERT INTO nodes (name, address, proxy_address, host, state, epoch, joined_at, heartbeat_at, record, used)
-			VALUES (?, ?, ?, ?, ?, 1, ?, ?, ?, ?)
+		// The WHERE of the upsert skips the update, and so returns no
+		// row, for a node that another instance runs; a join with no
+		// instance keeps the one stored.
+		err := tx.QueryRowContext(ctx, `INSERT INTO nodes (name, address, proxy_address, host, state, epoch, joined_at, heartbeat_at, record, used, instance)
+			VALUES (?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?)
 			ON CONFLICT (name) DO UPDATE SET address = excluded.address, proxy_address = excluded.proxy_address, host = excluded.host,
 				state = excluded.state, joined_at = excluded.joined_at, heartbeat_at = excluded.heartbeat_at,
-				record = excluded.record, used = excluded.used
+				record = excluded.record, used = excluded.used,
+				instance = CASE WHEN excluded.instance = '' THEN nodes.instance ELSE excluded.instance END
+			WHERE nodes.state = ? OR nodes.instance = '' OR excluded.instance = '' OR nodes.instance = excluded.instance
 			RETURNING epoch`,
-			n.Name, n.Address, n.ProxyAddress, n.Host, string(torpor.NodeUp), now, now, record, used).Scan(&epoch)
+			n.Name, n.Address, n.ProxyAddress, n.Host, string(torpor.NodeUp), now, now, record, used, n.Instance,
+			string(torpor.NodeDown)).Scan(&epoch)
+		if errors.Is(err, sql.ErrNoRows) {
+			return torpor.NodeInUse(n.Name)
+		}
 		if err != nil {
 			return wrap(err, "", op)
 		}
@@ -148,21 +181,26 @@ func (s *Store) JoinNode(ctx context.Context, n torpor.Node) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	s.fence.Store(&fence{node: n.Name, epoch: epoch})
+	s.fence.Store(&fence{node: n.Name, epoch: epoch, instance: n.Instance})
 	return epoch, nil
 }
 
 // Heartbeat records that node name, at epoch, is alive now and uses used.
+// Where this handle joined as the node, the node must still be its
+// instance's.
 func (s *Store) Heartbeat(ctx context.Context, name string, epoch int64, used torpor.Resources) (torpor.NodeState, error) {
 	u, err := encodeResources(used)
 	if err != nil {
 		return "", err
 	}
 	op := fmt.Sprintf("heartbeat of node %q", name)
+	inst := s.instanceOf(name)
 	var state string
 	err = s.inTx(ctx, op, func(tx *sql.Tx) error {
-		err := tx.QueryRowContext(ctx, `UPDATE nodes SET heartbeat_at = ?, used = ? WHERE name = ? AND epoch = ? AND state <> ? RETURNING state`,
-			micros(time.Now()), u, name, epoch, string(torpor.NodeDown)).Scan(&state)
+		err := tx.QueryRowContext(ctx, `UPDATE nodes SET heartbeat_at = ?, used = ?
+			WHERE name = ? AND epoch = ? AND state <> ? AND (instance = '' OR ? = '' OR instance = ?)
+			RETURNING state`,
+			micros(time.Now()), u, name, epoch, string(torpor.NodeDown), inst, inst).Scan(&state)
 		if errors.Is(err, sql.ErrNoRows) {
 			return missingOrFenced(ctx, tx, name)
 		}
@@ -192,7 +230,7 @@ func missingOrFenced(ctx context.Context, tx *sql.Tx, name string) error {
 }
 
 // nodeColumns are what scanNode reads, in its order.
-const nodeColumns = `name, address, proxy_address, host, state, epoch, joined_at, heartbeat_at, record, used`
+const nodeColumns = `name, address, proxy_address, host, state, epoch, joined_at, heartbeat_at, record, used, instance`
 
 func scanNode(sc scanner) (torpor.Node, error) {
 	var (
@@ -200,7 +238,7 @@ func scanNode(sc scanner) (torpor.Node, error) {
 		state, record, used string
 		joined, beat        int64
 	)
-	if err := sc.Scan(&n.Name, &n.Address, &n.ProxyAddress, &n.Host, &state, &n.Epoch, &joined, &beat, &record, &used); err != nil {
+	if err := sc.Scan(&n.Name, &n.Address, &n.ProxyAddress, &n.Host, &state, &n.Epoch, &joined, &beat, &record, &used, &n.Instance); err != nil {
 		return n, err
 	}
 	n.State, n.JoinedAt, n.HeartbeatAt = torpor.NodeState(state), fromMicros(joined), fromMicros(beat)

@@ -98,6 +98,8 @@ ALTER TABLE tenants ADD COLUMN max_disk_mib   INTEGER NOT NULL DEFAULT 0;
 		poolsSchema,
 		// 9: the fleet's nodes, and each sandbox's node (nodes.go).
 		nodesSchema,
+		// 10: the instance (data dir) each node joined from (nodes.go).
+		nodeInstanceSchema,
 	}
 }
 

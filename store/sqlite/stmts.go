@@ -35,7 +35,7 @@ func prepareWrites(ctx context.Context, db *sql.DB) (*writeStmts, error) {
 	ws.insertEvent = prep(`INSERT INTO events (type, sandbox_id, tenant, time, attrs) VALUES (?, ?, ?, ?, ?)`)
 	ws.insertUsage = prep(`INSERT INTO usage (sandbox_id, tenant, kind, start_us, end_us, seconds, vcpu_s, memory_gib_s, disk_gib_s, snapshot_gib_s, cost)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
-	ws.fence = prep(`SELECT epoch, state FROM nodes WHERE name = ?`)
+	ws.fence = prep(`SELECT epoch, state, instance FROM nodes WHERE name = ?`)
 	if err := errors.Join(errs...); err != nil {
 		ws.close()
 		return nil, fmt.Errorf("sqlite store: prepare statements: %w", err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ func nodeTests() []test {
 	return []test{
 		{"JoinRegistersAnUpNodeAtEpochOne", testJoinNew},
 		{"RejoinKeepsTheEpoch", testRejoinKeepsEpoch},
+		{"AnotherInstanceIsRefusedUntilDown", testJoinOtherInstance},
 		{"HeartbeatRecordsTimeAndUse", testHeartbeat},
 		{"SetStateDrainsAndUndrains", testSetNodeState},
 		{"DeclareDownTakesOnlyStaleNodes", testDeclareDownStale},
@@ -44,6 +46,7 @@ func (h *harness) nodes(s torpor.Store) torpor.NodeStore {
 func fleetNode(name string) torpor.Node {
 	return torpor.Node{
 		Name:         name,
+		Instance:     "data-dir-of-" + name,
 		Address:      name + ".internal:7420",
 		ProxyAddress: name + ".internal:7421",
 		Labels:       map[string]string{"zone": "eu-1", "gpu": "none"},
@@ -160,6 +163,66 @@ func testRejoinKeepsEpoch(t *testing.T, h *harness) {
 	}
 	if !got.JoinedAt.After(first.JoinedAt) {
 		t.Errorf("JoinedAt %s after a rejoin, want later than %s", got.JoinedAt, first.JoinedAt)
+	}
+}
+
+// A daemon of another data dir (another instance: a cloned host) under the
+// name of a node that is up is refused, naming the node, and changes
+// nothing; a join that gives no instance (an older daemon) is let in and
+// keeps the stored one. Once the node is down the other instance takes
+// the name, at the new epoch, and the first one is fenced: its
+// heartbeats, even at the new epoch, and its join are refused.
+func testJoinOtherInstance(t *testing.T, h *harness) {
+	ns, ctx := h.nodes(h.s), t.Context()
+	mine := fleetNode("node-a")
+	h.join(h.s, mine)
+	before := h.listNodes()["node-a"]
+	if before.Instance != mine.Instance {
+		t.Fatalf("the node's instance is %q, want %q", before.Instance, mine.Instance)
+	}
+
+	b := h.another()
+	clone := fleetNode("node-a")
+	clone.Instance, clone.Address = "data-dir-of-a-clone", "10.0.0.99:7420"
+	_, err := h.nodes(b).JoinNode(ctx, clone)
+	var te *torpor.Error
+	if !errors.As(err, &te) || te.Code != torpor.EConflict || te.Reason != torpor.ReasonNodeInUse || !strings.Contains(te.Message, "node-a") {
+		t.Fatalf("a join of an up node from another instance: %v, want a conflict with reason %q naming the node", err, torpor.ReasonNodeInUse)
+	}
+	checkSame(t, "the node after the refused join", h.listNodes()["node-a"], before)
+
+	old := fleetNode("node-a")
+	old.Instance = ""
+	if epoch := h.join(h.another(), old); epoch != 1 {
+		t.Errorf("a join without an instance: epoch %d, want 1", epoch)
+	}
+	if got := h.listNodes()["node-a"].Instance; got != mine.Instance {
+		t.Errorf("a join without an instance left the instance %q, want %q", got, mine.Instance)
+	}
+	if epoch := h.join(h.s, mine); epoch != 1 {
+		t.Errorf("a rejoin from the same instance: epoch %d, want 1", epoch)
+	}
+	if _, err := h.nodes(b).JoinNode(ctx, clone); !torpor.IsCode(err, torpor.EConflict) {
+		t.Errorf("a join from another instance after a join without one: %v, want a conflict", err)
+	}
+
+	h.declareDown(h.s, 0)
+	epoch := h.join(b, clone)
+	if epoch != 2 {
+		t.Fatalf("the other instance's join of the down node: epoch %d, want 2", epoch)
+	}
+	if n := h.listNodes()["node-a"]; n.Instance != clone.Instance || n.Address != clone.Address || n.State != torpor.NodeUp {
+		t.Errorf("after the other instance joined, the node is %s at %q from instance %q", n.State, n.Address, n.Instance)
+	}
+	for _, e := range []int64{1, epoch} {
+		_, err := ns.Heartbeat(ctx, "node-a", e, torpor.Resources{})
+		wantFenced(t, err, fmt.Sprintf("the first instance's heartbeat at epoch %d", e))
+	}
+	if _, err := ns.JoinNode(ctx, mine); !torpor.IsCode(err, torpor.EConflict) {
+		t.Errorf("the first instance's join once the other runs the node: %v, want a conflict", err)
+	}
+	if st, err := h.nodes(b).Heartbeat(ctx, "node-a", epoch, torpor.Resources{}); err != nil || st != torpor.NodeUp {
+		t.Errorf("the other instance's heartbeat = %s, %v; want up", st, err)
 	}
 }
 
