@@ -891,7 +891,8 @@ func (e *Engine) UndrainNode(ctx context.Context, name string) (torpor.Node, err
 
 func (e *Engine) setNodeState(ctx context.Context, name string, s torpor.NodeState) (torpor.Node, error) {
 	if e.fleet == nil {
-		return torpor.Node{}, torpor.Errorf(torpor.EUnavailable, "this server is not a node of a fleet")
+		// A server alone has no fleet nodes to drain: the name is unknown.
+		return torpor.Node{}, torpor.Errorf(torpor.ENotFound, "no node named %q: this server is not a node of a fleet", name)
 	}
 	if err := e.fleet.cfg.Nodes.SetNodeState(ctx, name, s); err != nil {
 		return torpor.Node{}, err
