@@ -114,7 +114,26 @@ type Config struct {
 	// the templates it names. A pool set at run time (PUT
 	// /v1/pools/{template}) is stored and wins over these.
 	WarmPools stringList `toml:"warm_pools"`
+	// The fleet (docs/fleet.md): this node's name (default: the host's
+	// name), the addresses other nodes forward its sandboxes' requests
+	// to (default: listen and proxy_listen, which must then not be a
+	// wildcard), its labels (key=value, comma-separated or repeated
+	// --node-label), the file holding the secret that authenticates
+	// node-to-node requests, how long a node may miss heartbeats before
+	// it is declared down, the object store that keeps hibernated disks
+	// and how long a sandbox stays hibernated before its disk goes there.
+	NodeName           string     `toml:"node_name"`
+	NodeAddress        string     `toml:"node_address"`
+	NodeProxyAddress   string     `toml:"node_proxy_address"`
+	NodeLabels         stringList `toml:"node_labels"`
+	FleetSecretFile    string     `toml:"fleet_secret_file"`
+	NodeDownSeconds    int64      `toml:"node_down_seconds"`
+	ObjectStore        string     `toml:"object_store"`
+	UploadAfterSeconds int64      `toml:"upload_after_seconds"`
 }
+
+// nodeLabelFlag is the repeatable flag of NodeLabels.
+const nodeLabelFlag = "node-label"
 
 // warmPoolFlag is the repeatable flag of WarmPools.
 const warmPoolFlag = "warm-pool"
@@ -205,6 +224,13 @@ func (c *Config) settings() []setting {
 		{"vm_kernel_dir", "the microVM guest kernel directory (default: where scripts/install.sh puts it)", &c.VMKernelDir},
 		{"vm_lazy_memory", "back VM memory with a file, so a snapshot pause writes only device state", &c.VMLazyMemory},
 		{"ui", "serve the web dashboard at /ui/ on the API's address (--no-ui or ui = false: off)", &c.UI},
+		{"node_name", "this node's name in a fleet (default: the host name; docs/fleet.md)", &c.NodeName},
+		{"node_address", "host:port where other nodes reach this node's API (default: listen, when not a wildcard)", &c.NodeAddress},
+		{"node_proxy_address", "host:port where other nodes reach this node's port proxy (default: proxy_listen, when not a wildcard)", &c.NodeProxyAddress},
+		{"fleet_secret_file", "file holding the secret (at least 32 bytes) that authenticates node-to-node requests in a fleet", &c.FleetSecretFile},
+		{"node_down_seconds", "declare a node down after this many seconds without a heartbeat", &c.NodeDownSeconds},
+		{"object_store", "where hibernated disks are kept for any node to start them: s3://BUCKET[/PREFIX]?endpoint=URL or file:///DIR (empty: only on their node)", &c.ObjectStore},
+		{"upload_after_seconds", "upload a hibernated sandbox's disk to the object store after it has been hibernated this long (0: at once)", &c.UploadAfterSeconds},
 	}
 }
 
@@ -260,6 +286,7 @@ func DefaultConfig() Config {
 		VMAccel:                 "auto",
 		E2BTemplates:            e2btemplates.DefaultAliases,
 		UI:                      true,
+		NodeDownSeconds:         10,
 	}
 }
 
@@ -268,6 +295,7 @@ func AddFlags(fs *pflag.FlagSet) {
 	def := DefaultConfig()
 	fs.String("config", "", "TOML config file (default: $TORPOR_CONFIG, else DATA_DIR/torpor.toml when it exists)")
 	fs.Bool(noUIFlag, false, "turn the web dashboard off (the same as --ui=false)")
+	fs.StringArray(nodeLabelFlag, nil, "a label of this node, as KEY=VALUE, that creates may ask for with node_labels; repeat for more (docs/fleet.md)")
 	fs.StringArray(warmPoolFlag, nil, "keep N sandboxes of TEMPLATE booted and frozen for fast creates, as TEMPLATE=N (TEMPLATE=N:internet: with the internet); repeat for more templates (docs/pools.md)")
 	for _, s := range def.settings() {
 		name := strings.ReplaceAll(s.key, "_", "-")
@@ -337,6 +365,9 @@ func LoadConfig(fs *pflag.FlagSet, getenv func(string) string) (Config, error) {
 	}
 	if specs, err := fs.GetStringArray(warmPoolFlag); err == nil {
 		c.addWarmPools(specs...)
+	}
+	if labels, err := fs.GetStringArray(nodeLabelFlag); err == nil && len(labels) > 0 {
+		c.NodeLabels = stringList(strings.Join(append(c.NodeLabels.fields(), labels...), ","))
 	}
 	return c, c.validate()
 }
@@ -436,6 +467,9 @@ func (c Config) validate() error {
 		return fmt.Errorf("vm_accel must be auto, kvm, tcg or off, got %q", c.VMAccel)
 	}
 	if _, err := c.warmPools(); err != nil {
+		return err
+	}
+	if err := c.validateFleet(); err != nil {
 		return err
 	}
 	if c.SettleSeconds < 1 || 86400%c.SettleSeconds != 0 {

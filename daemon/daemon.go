@@ -75,11 +75,23 @@ func Run(ctx context.Context, cfg Config, opt Options) error {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
-	st, storeAt, err := openStore(ctx, cfg)
+	nodeName, err := stickyNodeName(cfg, log)
+	if err != nil {
+		return err
+	}
+	st, storeAt, err := openStore(ctx, cfg, nodeName, log)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
+	objects, err := openObjects(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	secret, err := cfg.fleetSecret()
+	if err != nil {
+		return err
+	}
 
 	sandboxNet, err := newNetwork(ctx, cfg, log)
 	if err != nil {
@@ -118,7 +130,27 @@ func Run(ctx context.Context, cfg Config, opt Options) error {
 	if err != nil {
 		return err
 	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	// The proxy listens first: E2B's API names its address.
+	var pln net.Listener
+	var proxyAddr string
+	if cfg.ProxyListen != "" {
+		if pln, err = net.Listen("tcp", cfg.ProxyListen); err != nil {
+			ln.Close()
+			return fmt.Errorf("proxy listen: %w", err)
+		}
+		proxyAddr = pln.Addr().String()
+	}
+	fl, fleetCfg, err := newFleet(cfg, nodeName, secret, st, objects, ln.Addr().String(), proxyAddr, log)
+	if err != nil {
+		ln.Close()
+		return err
+	}
 	eng, err := lifecycle.New(lifecycle.Config{
+		Fleet:          fleetCfg,
 		Observer:       mets,
 		Store:          st,
 		Runtimes:       runtimes,
@@ -143,20 +175,6 @@ func Run(ctx context.Context, cfg Config, opt Options) error {
 	defer eng.Close()
 	mets.AddSource(eng)
 
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("listen: %w", err)
-	}
-	// The proxy listens first: E2B's API names its address.
-	var pln net.Listener
-	var proxyAddr string
-	if cfg.ProxyListen != "" {
-		if pln, err = net.Listen("tcp", cfg.ProxyListen); err != nil {
-			ln.Close()
-			return fmt.Errorf("proxy listen: %w", err)
-		}
-		proxyAddr = pln.Addr().String()
-	}
 	// Webhooks never reach the host's own networks, unless allowed, nor
 	// these listeners: hence made once they listen.
 	self := []net.Addr{ln.Addr()}
@@ -168,7 +186,7 @@ func Run(ctx context.Context, cfg Config, opt Options) error {
 	deliveries := webhook.New(webhook.Config{Store: st, Changed: eng.EventsChanged, Logger: log, Guard: guard})
 	// One limiter for both APIs: a key's rate is one rate.
 	limiter := ratelimit.New(ratelimit.Config{PerSecond: cfg.RateLimitPerSecond, Burst: int(cfg.RateLimitBurst)})
-	apiCfg := api.Config{Engine: eng, Auth: st, Templates: st, TemplateManager: tmpls, Logger: log, MaxUploadBytes: cfg.MaxUploadMiB << 20, Webhooks: st,
+	apiCfg := api.Config{Engine: eng, Fleet: fl, Auth: st, Templates: st, TemplateManager: tmpls, Logger: log, MaxUploadBytes: cfg.MaxUploadMiB << 20, Webhooks: st,
 		Metrics: mets.Handler(), Requests: mets, WebhookGuard: guard, RateLimit: limiter, WebhookDeliveries: deliveries,
 		WebhooksChanged: func() {
 			if err := deliveries.Refresh(ctx); err != nil {
@@ -184,7 +202,7 @@ func Run(ctx context.Context, cfg Config, opt Options) error {
 	// A create waits for a template being built up to just under the
 	// SDKs' request timeout (60 s), then is told to retry.
 	e2bTemplates := e2btemplates.New(e2btemplates.Config{Builder: tmpls, Store: st, Aliases: aliases, Logger: log, MaxWait: 50 * time.Second})
-	e2bAPI := e2b.New(e2b.Config{Engine: eng, Auth: st, TemplateStore: st, Logger: log, Templates: e2bTemplates,
+	e2bAPI := e2b.New(e2b.Config{Engine: eng, Fleet: fl, Auth: st, TemplateStore: st, Logger: log, Templates: e2bTemplates,
 		Domain: e2bDomain(cfg, proxyAddr), AllowInternetByDefault: sandboxNet != nil,
 		DefaultResources: cfg.limits().Default, Ready: srv.Ready, RateLimit: limiter})
 	hs := &http.Server{Handler: apiHandler(srv, e2bAPI), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
@@ -200,7 +218,7 @@ func Run(ctx context.Context, cfg Config, opt Options) error {
 			return err
 		}
 		tcpPorts, _ := proxy.ParsePorts(cfg.ProxyTCPPorts) // checked by LoadConfig
-		prox := proxy.New(proxy.Config{Engine: eng, Domain: cfg.ProxyDomain, TCPPorts: tcpPorts, Logger: log, Observer: mets,
+		prox := proxy.New(proxy.Config{Engine: eng, Fleet: fl, Domain: cfg.ProxyDomain, TCPPorts: tcpPorts, Logger: log, Observer: mets,
 			Services: e2bServices})
 		go func() { serveErr <- prox.Serve(pln) }()
 		defer prox.Close()
@@ -220,11 +238,13 @@ func Run(ctx context.Context, cfg Config, opt Options) error {
 		_ = hs.Close()
 		return err
 	}
-	if err := deliveries.Run(ctx); err != nil {
-		_ = hs.Close()
-		return err
-	}
-	defer deliveries.Wait()
+	// Webhooks are delivered by one node of a fleet at a time.
+	webhooksDone := make(chan struct{})
+	go func() {
+		defer close(webhooksDone)
+		runWebhooks(ctx, st, deliveries, log)
+	}()
+	defer func() { <-webhooksDone }()
 	srv.SetReady()
 	log.Info("ready")
 

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 
 	"github.com/torpor-dev/torpor"
@@ -19,6 +20,7 @@ const DBFile = "torpor.db"
 // torpor.Store says, GPU leases and key flags. Both stores are one.
 type nodeStore interface {
 	torpor.Store
+	torpor.NodeStore
 	gpulease.Store
 	gpulease.Flagger
 }
@@ -32,15 +34,16 @@ var (
 // the data dir when it is empty, else the PostgreSQL database at its URL,
 // with the webhook key in the data dir either way. It returns the store
 // and where it is, without a password, for the log.
-func openStore(ctx context.Context, cfg Config) (nodeStore, string, error) {
+func openStore(ctx context.Context, cfg Config, node string, log *slog.Logger) (nodeStore, string, error) {
 	if cfg.Store == "" {
 		path := filepath.Join(cfg.DataDir, DBFile)
 		st, err := sqlite.Open(ctx, path)
 		return st, path, err
 	}
-	// Exclusive: the daemon takes every sandbox in its store for its own,
-	// so a second daemon on the same database is refused.
-	st, err := postgres.Open(ctx, postgres.Options{URL: cfg.Store, KeyDir: cfg.DataDir, Exclusive: true})
+	// Node: a second daemon that would run as the same node is refused;
+	// other nodes share the database (docs/fleet.md). (Exclusive, which
+	// a node name replaces, keeps a daemon without one to itself.)
+	st, err := postgres.Open(ctx, postgres.Options{URL: cfg.Store, KeyDir: cfg.DataDir, Exclusive: true, Node: node, Logger: log})
 	if err != nil {
 		return nil, "", err
 	}

@@ -67,11 +67,12 @@ func TestPostgresStoreLifecycle(t *testing.T) {
 	if _, err := os.Stat(dataDir + "/torpor.db"); err == nil {
 		t.Errorf("the daemon made a SQLite file although its store is PostgreSQL")
 	}
-	// A second daemon on the same database is refused: it would take the
-	// first one's sandboxes for lost.
+	// A second daemon on the same database, with the same node name (the
+	// host's), is refused: it would take the first one's sandboxes for
+	// lost.
 	second := exec.Command(bin, "serve", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--proxy-listen", "")
 	second.Env = append(os.Environ(), "TORPOR_STORE="+url)
-	if out, err := second.CombinedOutput(); err == nil || !strings.Contains(string(out), "another torpor daemon uses this database") ||
+	if out, err := second.CombinedOutput(); err == nil || !strings.Contains(string(out), "another torpor daemon runs as this node on this database") ||
 		strings.Contains(string(out), "pg-s3cret") {
 		t.Fatalf("a second daemon on the same database: %v\n%s", err, out)
 	}

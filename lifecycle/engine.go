@@ -264,6 +264,13 @@ func (e *Engine) Recover(ctx context.Context) error {
 		if err := e.joinFleet(ctx); err != nil {
 			return err
 		}
+		// Heartbeats from here on: the reconcile below may take longer
+		// than the lease the join gave (VMs booting again).
+		e.wg.Add(1)
+		go func() {
+			defer e.wg.Done()
+			e.runFleet(e.bg)
+		}()
 	}
 	if err := e.gpuAdopt(ctx); err != nil {
 		return err
@@ -285,11 +292,6 @@ func (e *Engine) Recover(ctx context.Context) error {
 	e.runMetering(e.bg)
 	e.runGPUTicks(e.bg)
 	if e.fleet != nil {
-		e.wg.Add(1)
-		go func() {
-			defer e.wg.Done()
-			e.runFleet(e.bg)
-		}()
 		if e.fleet.cfg.Objects != nil {
 			e.wg.Add(1)
 			go func() {
