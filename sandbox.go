@@ -149,6 +149,10 @@ type Sandbox struct {
 	// start).
 	Node      string `json:"node"`
 	NodeEpoch int64  `json:"node_epoch"`
+	// NodeLabels are the labels its create asked of its node: a node
+	// that starts it again (after its node went down, or a drain) has
+	// them too.
+	NodeLabels map[string]string `json:"node_labels,omitempty"`
 	// Durability says where the sandbox's kept state lives (node: only
 	// on its node; remote: in the object store too), and Remote where the
 	// object store keeps it.

@@ -449,6 +449,7 @@ func (e *Engine) create(ctx context.Context, tenant string, req torpor.CreateReq
 		return nil, err
 	}
 	sb.KeyID = req.Caller.KeyID
+	sb.NodeLabels = req.NodeLabels
 	if err := e.leaseErr(); err != nil {
 		return nil, err
 	}

@@ -639,6 +639,10 @@ func (e *Engine) own(ctx context.Context, sb *torpor.Sandbox) error {
 		return &torpor.Error{Code: torpor.EUnavailable, RetryAfter: time.Second,
 			Message: "node " + e.node + " is draining; send the request to another node"}
 	}
+	if sb.State == torpor.StateHibernated && !hasLabels(e.fleet.cfg.Self.Labels, sb.NodeLabels) {
+		return &torpor.Error{Code: torpor.EUnavailable, RetryAfter: time.Second,
+			Message: fmt.Sprintf("node %s does not have the labels %v that sandbox %s asks for; send the request to another node", e.node, sb.NodeLabels, sb.ID)}
+	}
 	prev, prevEpoch := sb.Node, sb.NodeEpoch
 	sb.Node, sb.NodeEpoch = e.node, e.Epoch()
 	ev := e.event(sb, torpor.EventClaimed, "node", e.node)
@@ -705,9 +709,17 @@ func (e *Engine) Route(ctx context.Context, tenant, id string) (Route, error) {
 	}
 	// No live node holds it: take it here when it fits and this node is
 	// not draining, else send it to a node where it does.
-	if sb.State == torpor.StateHibernated && (e.draining() || !e.fits(sb.Resources)) {
-		if n, ok := e.pick(sb.Runtime.Kind, nil, sb.Resources, true); ok {
-			return Route{Node: n}, nil
+	// A node without the labels its create asked for does not take it.
+	if sb.State == torpor.StateHibernated {
+		labelled := hasLabels(e.fleet.cfg.Self.Labels, sb.NodeLabels)
+		if e.draining() || !e.fits(sb.Resources) || !labelled {
+			if n, ok := e.pick(sb.Runtime.Kind, sb.NodeLabels, sb.Resources, true); ok {
+				return Route{Node: n}, nil
+			}
+		}
+		if !labelled {
+			return Route{}, &torpor.Error{Code: torpor.EUnavailable, RetryAfter: 5 * time.Second,
+				Message: fmt.Sprintf("sandbox %s asks for a node with the labels %v; no up node with room has them", id, sb.NodeLabels)}
 		}
 	}
 	if tenant == "" {
@@ -995,7 +1007,7 @@ func (e *Engine) drainOne(ctx context.Context, sb *torpor.Sandbox) {
 	if err != nil {
 		return
 	}
-	n, ok := e.pick(cur.Runtime.Kind, nil, cur.Resources, true)
+	n, ok := e.pick(cur.Runtime.Kind, cur.NodeLabels, cur.Resources, true)
 	if !ok {
 		e.log.Warn("fleet: drain: no node has room to start a moved sandbox; it stays hibernated", "sandbox", sb.ID)
 		return

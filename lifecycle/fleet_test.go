@@ -31,6 +31,8 @@ type fleetEnv struct {
 	keyDir  string
 	objects torpor.ObjectStore
 	down    time.Duration
+	// labels are the nodes' labels, by name (none when absent).
+	labels map[string]map[string]string
 }
 
 type fleetNode struct {
@@ -79,7 +81,7 @@ func (f *fleetEnv) startWith(name string, cp lifecycle.Capacity, host *fake.Host
 		Runtimes: []torpor.Runtime{fake.New(host)},
 		Capacity: cp,
 		Logger:   fleetLog(name),
-		Fleet: &lifecycle.FleetConfig{Nodes: st, Self: torpor.Node{Name: name, Address: name + ":7070"},
+		Fleet: &lifecycle.FleetConfig{Nodes: st, Self: torpor.Node{Name: name, Address: name + ":7070", Labels: f.labels[name]},
 			DownAfter: f.down, Objects: f.objects, StartOn: startOn},
 	})
 	if err != nil {
@@ -213,6 +215,51 @@ func TestFleetDownNodeLosesInRAMAndReleasesRemote(t *testing.T) {
 	// A lost sandbox can be deleted from any node.
 	if _, err := b.eng.Delete(ctx, "acme", running.ID); err != nil {
 		t.Fatalf("deleting a lost sandbox: %v", err)
+	}
+}
+
+// TestFleetReleasedKeepsItsNodeLabels: a hibernated sandbox created with
+// node labels, released when its node went down, is sent to a node that
+// has them, never taken by one that does not.
+func TestFleetReleasedKeepsItsNodeLabels(t *testing.T) {
+	f := newFleetEnv(t)
+	f.labels = map[string]map[string]string{"a": {"disk": "ssd"}, "c": {"disk": "ssd"}}
+	a := f.start("a", lifecycle.Capacity{}, nil)
+	b := f.start("b", lifecycle.Capacity{}, nil)
+	sb, err := a.eng.Create(ctx, "acme", torpor.CreateRequest{Template: "base", NodeLabels: map[string]string{"disk": "ssd"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	must(a.eng.Hibernate(ctx, "acme", sb.ID))
+	f.eventually("the hibernated disk's upload", func() bool { return a.get(t, sb.ID).Durability == torpor.DurabilityRemote })
+	a.stop()
+	f.eventually("a's hibernated sandbox released", func() bool { return b.get(t, sb.ID).Node == "" })
+	if got := b.get(t, sb.ID).NodeLabels; got["disk"] != "ssd" {
+		t.Fatalf("the released sandbox's node labels are %v", got)
+	}
+
+	// No up node has the labels: b does not take it.
+	if r, err := b.eng.Route(ctx, "acme", sb.ID); err == nil {
+		t.Fatalf("b, without the labels, routes the sandbox to %+v", r)
+	}
+	if _, err := b.eng.Start(ctx, "acme", sb.ID); err == nil {
+		t.Fatal("b, without the labels, started the sandbox")
+	}
+	// c has them: b sends the request there, and c takes it.
+	c := f.start("c", lifecycle.Capacity{}, nil)
+	f.eventually("b routing the sandbox to c", func() bool {
+		r, err := b.eng.Route(ctx, "acme", sb.ID)
+		if err == nil && (r.Local || r.Node.Name != "c") {
+			t.Fatalf("b routes the sandbox to %+v, want node c", r)
+		}
+		return err == nil
+	})
+	moved, err := c.eng.Start(ctx, "acme", sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if moved.Node != "c" || moved.State != torpor.StateRunning {
+		t.Fatalf("the sandbox is %s on %q, want running on c", moved.State, moved.Node)
 	}
 }
 

@@ -635,6 +635,7 @@ func (e *Engine) claimMember(ctx context.Context, m member, want *torpor.Sandbox
 func takeOver(sb, want *torpor.Sandbox, now time.Time) {
 	sb.Tenant = want.Tenant
 	sb.KeyID = want.KeyID
+	sb.NodeLabels = want.NodeLabels
 	sb.Metadata = want.Metadata
 	sb.Env = want.Env
 	sb.Hooks, sb.IgnoreImageHooks, sb.HookFailure = want.Hooks, want.IgnoreImageHooks, nil

@@ -46,9 +46,10 @@ type sandboxRecord struct {
 	EndAfter       int64             `json:"end_after_s,omitempty"`
 	OnEnd          string            `json:"on_end,omitempty"`
 	// The node itself is a column (node), as tenant and state are.
-	NodeEpoch  int64         `json:"node_epoch,omitempty"`
-	Durability string        `json:"durability,omitempty"`
-	Remote     *remoteRecord `json:"remote,omitempty"`
+	NodeEpoch  int64             `json:"node_epoch,omitempty"`
+	NodeLabels map[string]string `json:"node_labels,omitempty"`
+	Durability string            `json:"durability,omitempty"`
+	Remote     *remoteRecord     `json:"remote,omitempty"`
 }
 
 // remoteRecord is where the object store keeps a sandbox's state.
@@ -215,7 +216,7 @@ func encodeRecord(sb *torpor.Sandbox) (string, error) {
 		r.EndAt = &us
 	}
 	r.EndAfter, r.OnEnd = sb.EndAfterSeconds, sb.OnEnd
-	r.NodeEpoch, r.Durability = sb.NodeEpoch, string(sb.Durability)
+	r.NodeEpoch, r.NodeLabels, r.Durability = sb.NodeEpoch, sb.NodeLabels, string(sb.Durability)
 	if rs := sb.Remote; rs != nil {
 		r.Remote = &remoteRecord{Manifest: rs.Manifest, Bytes: rs.Bytes, Boots: rs.Boots, UploadedAt: micros(rs.UploadedAt)}
 	}
@@ -294,7 +295,7 @@ func decodeRecord(sb *torpor.Sandbox, data string) error {
 	sb.EndAfterSeconds, sb.OnEnd = r.EndAfter, r.OnEnd
 	// A record written before fleets has no durability: "" (the engine
 	// reads it as node).
-	sb.NodeEpoch, sb.Durability = r.NodeEpoch, torpor.Durability(r.Durability)
+	sb.NodeEpoch, sb.NodeLabels, sb.Durability = r.NodeEpoch, r.NodeLabels, torpor.Durability(r.Durability)
 	if rs := r.Remote; rs != nil {
 		sb.Remote = &torpor.RemoteState{Manifest: rs.Manifest, Bytes: rs.Bytes, Boots: rs.Boots, UploadedAt: fromMicros(rs.UploadedAt)}
 	}

@@ -79,6 +79,7 @@ func fullSandbox(id, tenant string) *torpor.Sandbox {
 		FromPool:      true,
 		Node:          "node-a",
 		NodeEpoch:     3,
+		NodeLabels:    map[string]string{"disk": "ssd"},
 		Durability:    torpor.DurabilityRemote,
 		Remote: &torpor.RemoteState{Manifest: "sandboxes/sb/manifest.json", Bytes: 1 << 30, Boots: 3,
 			UploadedAt: at(2*time.Hour + 19*time.Microsecond)},
