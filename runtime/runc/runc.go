@@ -133,15 +133,15 @@ func New(cfg Config) (*Runtime, error) {
 	if err != nil {
 		return nil, fmt.Errorf("runc: %w", err)
 	}
+	if cfg.InitPath == "" {
+		return nil, errors.New("runc: Config.InitPath (the torpor binary) is required")
+	}
 	runcPath := cfg.RuncPath
 	if runcPath == "" {
 		runcPath = "runc"
 	}
 	if runcPath, err = exec.LookPath(runcPath); err != nil {
 		return nil, fmt.Errorf("runc: no runc binary (%w): install Debian's runc package (apt-get install runc)", err)
-	}
-	if cfg.InitPath == "" {
-		return nil, errors.New("runc: Config.InitPath (the torpor binary) is required")
 	}
 	initPath, err := filepath.Abs(cfg.InitPath)
 	if err != nil {
