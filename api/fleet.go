@@ -3,11 +3,9 @@ package api
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"io"
 	"net/http"
 	"strings"
-	"time"
 
 	"github.com/torpor-dev/torpor"
 	"github.com/torpor-dev/torpor/api/jsonbody"
@@ -21,13 +19,6 @@ import (
 // user, with the user's principal signed in place of the key. A request
 // that arrived so is served here, whatever the engine says: it is never
 // forwarded again.
-
-// Router says which node serves a sandbox's requests and where a create
-// goes; *lifecycle.Engine is one.
-type Router interface {
-	Route(ctx context.Context, tenant, id string) (lifecycle.Route, error)
-	PlaceCreate(ctx context.Context, req torpor.CreateRequest) (lifecycle.Route, error)
-}
 
 // arrival is what Verify said of a request's fleet headers.
 type arrival struct {
@@ -99,16 +90,9 @@ func (s *Server) toOwner(w http.ResponseWriter, r *http.Request, rt route, who, 
 	case to.Local:
 		return false, nil
 	case forwarded:
-		return true, ownershipMoved(r.PathValue("id"), to.Node.Name)
+		return true, fleet.OwnerMoved(r.PathValue("id"), to.Node.Name)
 	}
 	return true, s.fleet.Forward(w, r, to.Node, fleet.API, who.identity())
-}
-
-// ownershipMoved answers a forwarded request for a sandbox that this node
-// no longer owns: the sending node retries, and then finds the new owner.
-func ownershipMoved(id, node string) error {
-	return &torpor.Error{Code: torpor.EUnavailable, RetryAfter: time.Second,
-		Message: fmt.Sprintf("sandbox %s moved to node %s as the request came; retry", id, node)}
 }
 
 // placeCreate reads a create's body, which it leaves for the handler or
@@ -116,9 +100,8 @@ func ownershipMoved(id, node string) error {
 // A body that does not decode stays here: the handler answers why.
 func (s *Server) placeCreate(r *http.Request) (lifecycle.Route, error) {
 	local := lifecycle.Route{Local: true}
-	body, err := io.ReadAll(io.LimitReader(r.Body, jsonbody.DefaultLimit+1))
-	r.Body = readAgain{io.MultiReader(bytes.NewReader(body), r.Body), r.Body}
-	if err != nil || len(body) > jsonbody.DefaultLimit {
+	body, ok := fleet.KeepBody(r, jsonbody.DefaultLimit)
+	if !ok {
 		return local, nil
 	}
 	var req torpor.CreateRequest
@@ -127,11 +110,4 @@ func (s *Server) placeCreate(r *http.Request) (lifecycle.Route, error) {
 		return local, nil
 	}
 	return s.router.PlaceCreate(r.Context(), req)
-}
-
-// readAgain is a body whose first bytes were read already: they are read
-// again first.
-type readAgain struct {
-	io.Reader
-	io.Closer
 }

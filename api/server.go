@@ -63,7 +63,7 @@ type Config struct {
 	// (fleet.go); nil: no fleet. Router says which node serves what (nil:
 	// Engine).
 	Fleet  *fleet.Fleet
-	Router Router
+	Router lifecycle.Router
 }
 
 // Server serves the native API.
@@ -96,7 +96,7 @@ type Server struct {
 	proxyURL string
 	// fleet forwards to other nodes (nil: no fleet); router says to which.
 	fleet  *fleet.Fleet
-	router Router
+	router lifecycle.Router
 	ready  atomic.Bool
 }
 

@@ -72,7 +72,7 @@ type Config struct {
 	// (fleet.go); nil: no fleet. Router says which node serves what (nil:
 	// Engine).
 	Fleet  *fleet.Fleet
-	Router Router
+	Router lifecycle.Router
 }
 
 // API serves E2B's control plane. It is an http.Handler for exactly the
@@ -89,7 +89,7 @@ type API struct {
 	defRes    torpor.Resources
 	limiter   *ratelimit.Limiter
 	fleet     *fleet.Fleet
-	router    Router
+	router    lifecycle.Router
 	mux       *http.ServeMux
 
 	// cpu keeps each sandbox's last CPU sample, for cpuUsedPct.

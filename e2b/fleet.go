@@ -2,16 +2,12 @@ package e2b
 
 import (
 	"bytes"
-	"context"
-	"fmt"
 	"io"
 	"net/http"
-	"time"
 
 	"github.com/torpor-dev/torpor"
 	"github.com/torpor-dev/torpor/api/jsonbody"
 	"github.com/torpor-dev/torpor/fleet"
-	"github.com/torpor-dev/torpor/lifecycle"
 )
 
 // In a fleet (docs/fleet.md) any node answers E2B's control plane for
@@ -20,13 +16,6 @@ import (
 // forwarded to it with the key's principal signed in place of the key,
 // and a request that arrived so is served here. (envd and the sandbox's
 // ports are the port proxy's, which forwards by itself.)
-
-// Router says which node serves a sandbox's requests and where a create
-// goes; *lifecycle.Engine is one.
-type Router interface {
-	Route(ctx context.Context, tenant, id string) (lifecycle.Route, error)
-	PlaceCreate(ctx context.Context, req torpor.CreateRequest) (lifecycle.Route, error)
-}
 
 // sent is who sent a request, for a create's forward.
 type sent struct {
@@ -68,8 +57,7 @@ func (a *API) toOwner(w http.ResponseWriter, r *http.Request, k *torpor.APIKey, 
 	case to.Local:
 		return false, nil
 	case forwarded:
-		return true, &torpor.Error{Code: torpor.EUnavailable, RetryAfter: time.Second,
-			Message: fmt.Sprintf("sandbox %s moved to node %s as the request came; retry", id, to.Node.Name)}
+		return true, fleet.OwnerMoved(id, to.Node.Name)
 	}
 	return true, a.fleet.Forward(w, r, to.Node, fleet.API, identity(k))
 }
@@ -83,10 +71,8 @@ func (a *API) keepBody(r *http.Request) []byte {
 	if a.fleet == nil || s.key == nil || s.forwarded {
 		return nil
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, jsonbody.DefaultLimit+1))
-	rest := r.Body
-	r.Body = readAgain{io.MultiReader(bytes.NewReader(body), rest), rest}
-	if err != nil || len(body) > jsonbody.DefaultLimit {
+	body, ok := fleet.KeepBody(r, jsonbody.DefaultLimit)
+	if !ok {
 		return nil
 	}
 	return body
@@ -106,11 +92,4 @@ func (a *API) placeCreate(w http.ResponseWriter, r *http.Request, req torpor.Cre
 	s, _ := r.Context().Value(sentKey{}).(sent)
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	return true, a.fleet.Forward(w, r, to.Node, fleet.API, identity(s.key))
-}
-
-// readAgain is a body whose first bytes were read already: they are read
-// again first.
-type readAgain struct {
-	io.Reader
-	io.Closer
 }

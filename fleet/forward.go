@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -221,10 +222,25 @@ func (f *Fleet) tunnel(w http.ResponseWriter, r *http.Request, node torpor.Node,
 	if n := br.Buffered(); n > 0 { // bytes the sandbox sent at once
 		from = io.MultiReader(io.LimitReader(br, int64(n)), up)
 	}
+	if err := ServeTunnel(w, r, up, from); err != nil {
+		return fmt.Errorf("fleet: %w", err)
+	}
+	return nil
+}
+
+// ServeTunnel answers a CONNECT whose upstream connection up is open: it
+// answers 200 and joins the client's connection (HTTP/1.1, hijacked) or
+// the request's stream (HTTP/2) to up, copying bytes both ways until both
+// directions end (see join). from is what is read from up: up itself, or
+// up behind bytes already read from it. It returns an error only when the
+// client's connection cannot be hijacked, before anything was written: the
+// caller answers that one. The fleet's tunnels and the port proxy's
+// (package proxy) are served so.
+func ServeTunnel(w http.ResponseWriter, r *http.Request, up net.Conn, from io.Reader) error {
 	if r.ProtoMajor == 1 {
 		conn, brw, err := http.NewResponseController(w).Hijack()
 		if err != nil {
-			return fmt.Errorf("fleet: hijack: %w", err)
+			return fmt.Errorf("hijack: %w", err)
 		}
 		defer conn.Close()
 		_ = conn.SetDeadline(time.Time{})
@@ -285,4 +301,31 @@ func (f flusher) Write(b []byte) (int, error) {
 		err = f.rc.Flush()
 	}
 	return n, err
+}
+
+// OwnerMoved answers a forwarded request for a sandbox that this node no
+// longer owns: it moved to node as the request came. The sending node
+// retries, and then finds the new owner.
+func OwnerMoved(id, node string) error {
+	return &torpor.Error{Code: torpor.EUnavailable, RetryAfter: time.Second,
+		Message: fmt.Sprintf("sandbox %s moved to node %s as the request came; retry", id, node)}
+}
+
+// KeepBody reads up to limit bytes of r's body, for a node to look into
+// before it forwards r (a create, to place it), and leaves r.Body to be
+// read again from its start, by the handler or by Forward. ok is false
+// when the body could not be read or is over limit: it stays here, for
+// the handler to refuse.
+func KeepBody(r *http.Request, limit int64) (body []byte, ok bool) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	rest := r.Body
+	r.Body = readAgain{io.MultiReader(bytes.NewReader(body), rest), rest}
+	return body, err == nil && int64(len(body)) <= limit
+}
+
+// readAgain is a body whose first bytes were read already: they are read
+// again first.
+type readAgain struct {
+	io.Reader
+	io.Closer
 }

@@ -45,6 +45,16 @@ type Route struct {
 	Node torpor.Node
 }
 
+// Router says which node serves a sandbox's requests and where a create
+// goes, for the APIs that forward them (package api, package e2b); the
+// Engine is one.
+type Router interface {
+	Route(ctx context.Context, tenant, id string) (Route, error)
+	PlaceCreate(ctx context.Context, req torpor.CreateRequest) (Route, error)
+}
+
+var _ Router = (*Engine)(nil)
+
 // DefaultDownAfter is FleetConfig.DownAfter's default.
 const DefaultDownAfter = 10 * time.Second
 
@@ -265,7 +275,18 @@ func (e *Engine) runFleet(ctx context.Context) {
 		defer e.wg.Done()
 		e.runWatch(ctx, every)
 	}()
-	t := time.NewTicker(every)
+	ticking(ctx, every, func() {
+		// A call that does not come back (a half-open connection) must
+		// not hold the next heartbeat up: the lease runs out meanwhile.
+		hctx, cancel := context.WithTimeout(ctx, 2*every)
+		e.heartbeat(hctx)
+		cancel()
+	})
+}
+
+// ticking calls fn every d, the first time d from now, until ctx ends.
+func ticking(ctx context.Context, d time.Duration, fn func()) {
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
@@ -273,11 +294,7 @@ func (e *Engine) runFleet(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		// A call that does not come back (a half-open connection) must
-		// not hold the next heartbeat up: the lease runs out meanwhile.
-		hctx, cancel := context.WithTimeout(ctx, 2*every)
-		e.heartbeat(hctx)
-		cancel()
+		fn()
 	}
 }
 
@@ -286,21 +303,14 @@ func (e *Engine) runFleet(ctx context.Context) {
 // node its lease.
 func (e *Engine) runWatch(ctx context.Context, every time.Duration) {
 	f := e.fleet
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	ticking(ctx, every, func() {
 		if since := f.healthySince.Load(); since < 0 || monoNow()-since < int64(f.downAfter()) || e.leaseErr() != nil {
-			continue
+			return
 		}
 		if _, err := f.cfg.Nodes.Exclusive(ctx, lockNodes, e.watchNodes); err != nil && ctx.Err() == nil {
 			e.log.Warn("fleet: watching the nodes", "err", err)
 		}
-	}
+	})
 }
 
 // heartbeat tells the store this node is alive and renews its lease; a

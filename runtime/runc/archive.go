@@ -65,8 +65,9 @@ func (r *Runtime) ExportDisk(ctx context.Context, ref torpor.InstanceRef, w io.W
 // ImportDisk makes the disk of sandbox id from a stream ExportDisk wrote,
 // replacing any disk it has, ready for a Boot. The stream is written
 // beside the disk and moved into place only once all of it has been read
-// and found good (see package diskarchive), so a refused or failed import
-// leaves the sandbox the disk it had (none, for a new one). A sandbox
+// and found good (see package diskarchive and diskarchive.Import), so a
+// refused or failed import leaves the sandbox the disk it had (none, and
+// no directory, for a new one). A sandbox
 // whose instance runs or is frozen is a conflict; an image on a host that
 // cannot mount images (see prepareDisk) is a conflict too.
 func (r *Runtime) ImportDisk(ctx context.Context, id string, src io.Reader) error {
@@ -74,33 +75,17 @@ func (r *Runtime) ImportDisk(ctx context.Context, id string, src io.Reader) erro
 		if err := r.quiesce(ctx, id, "replace the disk of"); err != nil {
 			return err
 		}
-		rd, err := diskarchive.NewReader(src)
-		if err != nil {
-			return err
-		}
-		defer rd.Close()
-		if rd.Kind == diskarchive.Image && r.mkfs == "" {
-			return torpor.Errorf(torpor.EConflict, "the disk of sandbox %s is an image, and this host cannot mount images (see the runtime's warning at start)", id)
-		}
-		dir := r.sandboxDir(id)
-		_, err = os.Lstat(dir)
-		made := errors.Is(err, fs.ErrNotExist)
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return err
-		}
-		_ = os.Remove(r.sandboxPath(id, importImageName))
-		_ = os.RemoveAll(r.sandboxPath(id, importTreeName))
-		if rd.Kind == diskarchive.Image {
-			err = r.importImage(ctx, id, rd)
-		} else {
-			err = r.importTree(ctx, id, rd)
-		}
-		if err != nil && made {
-			// A new sandbox's directory goes with its failed import, so
-			// that List does not report it.
-			_ = os.Remove(dir)
-		}
-		return err
+		return diskarchive.Import(src, r.sandboxDir(id), 0o755, func(rd *diskarchive.Reader) error {
+			if rd.Kind == diskarchive.Image && r.mkfs == "" {
+				return torpor.Errorf(torpor.EConflict, "the disk of sandbox %s is an image, and this host cannot mount images (see the runtime's warning at start)", id)
+			}
+			_ = os.Remove(r.sandboxPath(id, importImageName))
+			_ = os.RemoveAll(r.sandboxPath(id, importTreeName))
+			if rd.Kind == diskarchive.Image {
+				return r.importImage(ctx, id, rd)
+			}
+			return r.importTree(ctx, id, rd)
+		})
 	})
 }
 

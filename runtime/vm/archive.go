@@ -3,10 +3,8 @@ package vm
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"os/exec"
 
@@ -70,34 +68,20 @@ func (r *Runtime) ExportDisk(ctx context.Context, ref torpor.InstanceRef, w io.W
 // ImportDisk makes the disk of sandbox id from a stream ExportDisk wrote,
 // replacing any disk (and snapshot) it has, ready for a Boot. The disk is
 // moved into place only once all of the stream has been read and found
-// good, so a refused or failed import leaves the sandbox the disk it had.
+// good (diskarchive.Import), so a refused or failed import leaves the
+// sandbox the disk it had (none, and no directory, for a new one).
 // A running or frozen VM is a conflict.
 func (r *Runtime) ImportDisk(ctx context.Context, id string, src io.Reader) error {
 	return instances.Locked(&r.locks, torpor.InstanceRef{SandboxID: id}, checkRef, "vm: import disk", func(id string) error {
 		if err := r.quiesce(ctx, id, "replace the disk of"); err != nil {
 			return err
 		}
-		rd, err := diskarchive.NewReader(src)
-		if err != nil {
-			return err
-		}
-		defer rd.Close()
-		if rd.Kind != diskarchive.Image {
-			return torpor.Invalid("disk", "the disk stream is refused: it holds a %s, and a VM's disk is an image", rd.Kind)
-		}
-		dir := r.sandboxDir(id)
-		_, err = os.Lstat(dir)
-		made := errors.Is(err, fs.ErrNotExist)
-		if err := os.MkdirAll(dir, 0o700); err != nil {
-			return err
-		}
-		err = r.importDisk(ctx, id, rd)
-		if err != nil && made {
-			// A new sandbox's directory goes with its failed import, so
-			// that List does not report it.
-			_ = os.RemoveAll(dir)
-		}
-		return err
+		return diskarchive.Import(src, r.sandboxDir(id), 0o700, func(rd *diskarchive.Reader) error {
+			if rd.Kind != diskarchive.Image {
+				return torpor.Invalid("disk", "the disk stream is refused: it holds a %s, and a VM's disk is an image", rd.Kind)
+			}
+			return r.importDisk(ctx, id, rd)
+		})
 	})
 }
 

@@ -25,24 +25,6 @@ var _ torpor.NodeStore = (*Store)(nil)
 // (now() is the transaction's start, the same for every statement of it.)
 const nowMicros = `(extract(epoch FROM now()) * 1000000)::bigint`
 
-// fence is the node a store handle writes sandboxes as, once it joined:
-// a write is refused (torpor.Fenced) unless the node still has this
-// epoch and instance and is not down.
-type fence struct {
-	node     string
-	epoch    int64
-	instance string // "": any
-}
-
-// instanceOf is the instance this handle joined node name as ("" when it
-// did not join as that node).
-func (s *Store) instanceOf(name string) string {
-	if f := s.fence.Load(); f != nil && f.node == name {
-		return f.instance
-	}
-	return ""
-}
-
 // fenceSteps are the first steps of a sandbox write of a handle that
 // joined a fleet: a transaction advisory lock on the node, shared with
 // its other writes, then a check that the node still has the handle's
@@ -70,12 +52,12 @@ func (s *Store) fenceSteps() ([]step, error) {
 		return nil, nil
 	}
 	return []step{
-		{sql: `SELECT pg_advisory_xact_lock_shared($1)`, args: []any{lockKey("fence", f.node)}, op: "take the node's fence lock"},
+		{sql: `SELECT pg_advisory_xact_lock_shared($1)`, args: []any{lockKey("fence", f.Node)}, op: "take the node's fence lock"},
 		{sql: `SELECT 1 FROM nodes WHERE name = $1 AND epoch = $2 AND state <> 'down' AND (instance = '' OR $3 = '' OR instance = $3)`,
-			args: []any{f.node, f.epoch, f.instance}, op: "check the node's epoch",
+			args: []any{f.Node, f.Epoch, f.Instance}, op: "check the node's epoch",
 			check: func(ct pgconn.CommandTag) error {
 				if ct.RowsAffected() == 0 {
-					return torpor.Fenced(f.node)
+					return torpor.Fenced(f.Node)
 				}
 				return nil
 			}},
@@ -124,7 +106,7 @@ func (s *Store) JoinNode(ctx context.Context, n torpor.Node) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	s.fence.Store(&fence{node: n.Name, epoch: epoch, instance: n.Instance})
+	s.fence.Store(&sqlite.Fence{Node: n.Name, Epoch: epoch, Instance: n.Instance})
 	return epoch, nil
 }
 
@@ -144,7 +126,7 @@ func (s *Store) Heartbeat(ctx context.Context, name string, epoch int64, used to
 	err = s.inTx(ctx, op, func(tx pgx.Tx) error {
 		err := tx.QueryRow(ctx, `UPDATE nodes SET heartbeat_at = `+nowMicros+`, used = $1
 			WHERE name = $2 AND epoch = $3 AND state <> 'down' AND (instance = '' OR $4 = '' OR instance = $4)
-			RETURNING state`, u, name, epoch, s.instanceOf(name)).Scan(&state)
+			RETURNING state`, u, name, epoch, s.fence.Load().InstanceOf(name)).Scan(&state)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return missingOrFenced(ctx, tx, name)
 		}
@@ -165,7 +147,7 @@ func missingOrFenced(ctx context.Context, tx pgx.Tx, name string) error {
 	var one int
 	err := tx.QueryRow(ctx, `SELECT 1 FROM nodes WHERE name = $1`, name).Scan(&one)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return torpor.Errorf(torpor.ENotFound, "node %q not found; it has not joined", name)
+		return sqlite.NodeNotJoined(name)
 	}
 	if err != nil {
 		return wrap(err, "", fmt.Sprintf("read node %q", name))
@@ -173,21 +155,13 @@ func missingOrFenced(ctx context.Context, tx pgx.Tx, name string) error {
 	return torpor.Fenced(name)
 }
 
-// nodeColumns are what scanNode reads, in its order.
-const nodeColumns = `name, address, proxy_address, host, state, epoch, joined_at, heartbeat_at, record, used, instance`
-
+// scanNode reads a row of sqlite.NodeColumns, and then more.
 func scanNode(row pgx.Row, more ...any) (torpor.Node, error) {
-	var (
-		n                   torpor.Node
-		state, record, used string
-		joined, beat        int64
-	)
-	dest := append([]any{&n.Name, &n.Address, &n.ProxyAddress, &n.Host, &state, &n.Epoch, &joined, &beat, &record, &used, &n.Instance}, more...)
-	if err := row.Scan(dest...); err != nil {
-		return n, err
+	var nr sqlite.NodeRow
+	if err := row.Scan(append(nr.Dest(), more...)...); err != nil {
+		return torpor.Node{}, err
 	}
-	n.State, n.JoinedAt, n.HeartbeatAt = torpor.NodeState(state), fromMicros(joined), fromMicros(beat)
-	return n, sqlite.DecodeNodeRecord(&n, record, used)
+	return nr.Node()
 }
 
 // ListNodes returns every node, by name, with the counts by state of its
@@ -203,7 +177,7 @@ func (s *Store) ListNodes(ctx context.Context) ([]torpor.Node, error) {
 			return n, fmt.Errorf("node %q: bad sandbox counts: %w", n.Name, err)
 		}
 		return n, nil
-	}, `SELECT `+nodeColumns+`, coalesce((SELECT json_object_agg(c.state, c.n) FROM
+	}, `SELECT `+sqlite.NodeColumns+`, coalesce((SELECT json_object_agg(c.state, c.n) FROM
 			(SELECT state, count(*) AS n FROM sandboxes s WHERE s.node = nodes.name AND s.state <> 'terminated' GROUP BY state) c), '{}')
 		FROM nodes ORDER BY name`)
 }
@@ -211,8 +185,8 @@ func (s *Store) ListNodes(ctx context.Context) ([]torpor.Node, error) {
 // SetNodeState sets an up node draining or a draining one up; setting the
 // state a node has is a success.
 func (s *Store) SetNodeState(ctx context.Context, name string, st torpor.NodeState) error {
-	if st != torpor.NodeUp && st != torpor.NodeDraining {
-		return torpor.Invalid("state", "a node can be set %s or %s, not %q", torpor.NodeUp, torpor.NodeDraining, st)
+	if err := sqlite.CheckNodeState(st); err != nil {
+		return err
 	}
 	op := fmt.Sprintf("set node %q %s", name, st)
 	return s.inTx(ctx, op, func(tx pgx.Tx) error {
@@ -229,16 +203,10 @@ func (s *Store) SetNodeState(ctx context.Context, name string, st torpor.NodeSta
 			return wrap(err, "", op)
 		}
 		if torpor.NodeState(prev) == torpor.NodeDown {
-			return nodeIsDown(name, st)
+			return sqlite.NodeIsDown(name, st)
 		}
 		return nil
 	})
-}
-
-// nodeIsDown is the conflict of a state change asked of a down node.
-func nodeIsDown(name string, st torpor.NodeState) error {
-	return &torpor.Error{Code: torpor.EConflict, Reason: "node_down",
-		Message: fmt.Sprintf("node %q is down; it can be set %s only once it joins again", name, st)}
 }
 
 // DeclareDown marks down every up or draining node whose last heartbeat
@@ -272,7 +240,7 @@ func (s *Store) DeclareDown(ctx context.Context, timeout time.Duration) ([]torpo
 		if err := runSteps(ctx, tx, steps); err != nil {
 			return err
 		}
-		rows, err = tx.Query(ctx, `WITH stale AS (SELECT `+nodeColumns+` FROM nodes
+		rows, err = tx.Query(ctx, `WITH stale AS (SELECT `+sqlite.NodeColumns+` FROM nodes
 				WHERE name = ANY($2::text[]) AND state <> 'down' AND heartbeat_at <= `+cutoff+` ORDER BY name FOR UPDATE)
 			UPDATE nodes n SET state = 'down', epoch = n.epoch + 1 FROM stale WHERE n.name = stale.name
 			RETURNING stale.name, stale.address, stale.proxy_address, stale.host, stale.state, stale.epoch,

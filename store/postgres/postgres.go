@@ -89,7 +89,7 @@ type Store struct {
 	url     string // the URL as given, to redact driver errors
 	// fence is the node this handle writes sandboxes as, once it joined
 	// (nodes.go); nil: unfenced.
-	fence atomic.Pointer[fence]
+	fence atomic.Pointer[sqlite.Fence]
 
 	closeOnce sync.Once
 }

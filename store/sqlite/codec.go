@@ -27,9 +27,31 @@ func DecodeSandboxRecord(sb *torpor.Sandbox, data string) error { return decodeR
 // uses.
 func EncodeNodeRecord(n torpor.Node) (record, used string, err error) { return encodeNode(n) }
 
-// DecodeNodeRecord fills n's non-column fields from its record and used
-// columns.
-func DecodeNodeRecord(n *torpor.Node, record, used string) error { return decodeNode(n, record, used) }
+// NodeColumns are the columns of the nodes table that a NodeRow scans, in
+// its order.
+const NodeColumns = `name, address, proxy_address, host, state, epoch, joined_at, heartbeat_at, record, used, instance`
+
+// NodeRow is a row of NodeColumns as it is scanned: Scan it into Dest,
+// then Node decodes it.
+type NodeRow struct {
+	n                   torpor.Node
+	state, record, used string
+	joined, beat        int64
+}
+
+// Dest returns where a scan of NodeColumns goes, in their order.
+func (nr *NodeRow) Dest() []any {
+	n := &nr.n
+	return []any{&n.Name, &n.Address, &n.ProxyAddress, &n.Host, &nr.state, &n.Epoch, &nr.joined, &nr.beat, &nr.record, &nr.used, &n.Instance}
+}
+
+// Node returns the node scanned, its times in UTC and its record and used
+// columns decoded.
+func (nr *NodeRow) Node() (torpor.Node, error) {
+	n := nr.n
+	n.State, n.JoinedAt, n.HeartbeatAt = torpor.NodeState(nr.state), fromMicros(nr.joined), fromMicros(nr.beat)
+	return n, decodeNode(&n, nr.record, nr.used)
+}
 
 // EncodeResources returns the stored JSON form of r (a node's used
 // column).

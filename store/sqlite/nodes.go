@@ -94,28 +94,29 @@ func decodeResources(data string) (torpor.Resources, error) {
 	return torpor.Resources(r), nil
 }
 
-// fence is the node a store handle writes sandboxes as, once it joined:
-// a write is refused (torpor.Fenced) unless the node still has this
-// epoch and instance and is not down.
-type fence struct {
-	node     string
-	epoch    int64
-	instance string // "": any
+// Fence is the node a store handle writes sandboxes as, once it joined
+// (in this store and in store/postgres): a write is refused
+// (torpor.Fenced) unless the node still has this epoch and instance and
+// is not down.
+type Fence struct {
+	Node     string
+	Epoch    int64
+	Instance string // "": any
+}
+
+// InstanceOf is the instance the handle of f joined node name as ("" when
+// it did not join as that node, or f is nil: it never joined).
+func (f *Fence) InstanceOf(name string) string {
+	if f != nil && f.Node == name {
+		return f.Instance
+	}
+	return ""
 }
 
 // sameInstance reports whether a node's stored instance and one a caller
 // gives are the same daemon's; an empty one, on either side, is any.
 func sameInstance(stored, given string) bool {
 	return stored == "" || given == "" || stored == given
-}
-
-// instanceOf is the instance this handle joined node name as ("" when it
-// did not join as that node).
-func (s *Store) instanceOf(name string) string {
-	if f := s.fence.Load(); f != nil && f.node == name {
-		return f.instance
-	}
-	return ""
 }
 
 // checkFence refuses, inside the write transaction tx, a sandbox write of
@@ -130,9 +131,9 @@ func (s *Store) checkFence(ctx context.Context, tx *sql.Tx) error {
 		epoch           int64
 		state, instance string
 	)
-	err := tx.StmtContext(ctx, s.stmts.fence).QueryRowContext(ctx, f.node).Scan(&epoch, &state, &instance)
-	if errors.Is(err, sql.ErrNoRows) || err == nil && (epoch != f.epoch || torpor.NodeState(state) == torpor.NodeDown || !sameInstance(instance, f.instance)) {
-		return torpor.Fenced(f.node)
+	err := tx.StmtContext(ctx, s.stmts.fence).QueryRowContext(ctx, f.Node).Scan(&epoch, &state, &instance)
+	if errors.Is(err, sql.ErrNoRows) || err == nil && (epoch != f.Epoch || torpor.NodeState(state) == torpor.NodeDown || !sameInstance(instance, f.Instance)) {
+		return torpor.Fenced(f.Node)
 	}
 	if err != nil {
 		return wrap(err, "", "check the node's epoch")
@@ -181,7 +182,7 @@ func (s *Store) JoinNode(ctx context.Context, n torpor.Node) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	s.fence.Store(&fence{node: n.Name, epoch: epoch, instance: n.Instance})
+	s.fence.Store(&Fence{Node: n.Name, Epoch: epoch, Instance: n.Instance})
 	return epoch, nil
 }
 
@@ -194,7 +195,7 @@ func (s *Store) Heartbeat(ctx context.Context, name string, epoch int64, used to
 		return "", err
 	}
 	op := fmt.Sprintf("heartbeat of node %q", name)
-	inst := s.instanceOf(name)
+	inst := s.fence.Load().InstanceOf(name)
 	var state string
 	err = s.inTx(ctx, op, func(tx *sql.Tx) error {
 		err := tx.QueryRowContext(ctx, `UPDATE nodes SET heartbeat_at = ?, used = ?
@@ -221,7 +222,7 @@ func missingOrFenced(ctx context.Context, tx *sql.Tx, name string) error {
 	var one int
 	err := tx.QueryRowContext(ctx, `SELECT 1 FROM nodes WHERE name = ?`, name).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
-		return torpor.Errorf(torpor.ENotFound, "node %q not found; it has not joined", name)
+		return NodeNotJoined(name)
 	}
 	if err != nil {
 		return wrap(err, "", fmt.Sprintf("read node %q", name))
@@ -229,20 +230,19 @@ func missingOrFenced(ctx context.Context, tx *sql.Tx, name string) error {
 	return torpor.Fenced(name)
 }
 
-// nodeColumns are what scanNode reads, in its order.
-const nodeColumns = `name, address, proxy_address, host, state, epoch, joined_at, heartbeat_at, record, used, instance`
+// NodeNotJoined is the not_found of a node that has no row (in this store
+// and in store/postgres).
+func NodeNotJoined(name string) error {
+	return torpor.Errorf(torpor.ENotFound, "node %q not found; it has not joined", name)
+}
 
+// scanNode reads a row of NodeColumns.
 func scanNode(sc scanner) (torpor.Node, error) {
-	var (
-		n                   torpor.Node
-		state, record, used string
-		joined, beat        int64
-	)
-	if err := sc.Scan(&n.Name, &n.Address, &n.ProxyAddress, &n.Host, &state, &n.Epoch, &joined, &beat, &record, &used, &n.Instance); err != nil {
-		return n, err
+	var nr NodeRow
+	if err := sc.Scan(nr.Dest()...); err != nil {
+		return torpor.Node{}, err
 	}
-	n.State, n.JoinedAt, n.HeartbeatAt = torpor.NodeState(state), fromMicros(joined), fromMicros(beat)
-	return n, decodeNode(&n, record, used)
+	return nr.Node()
 }
 
 // ListNodes returns every node, by name, with the counts by state of its
@@ -255,7 +255,7 @@ func (s *Store) ListNodes(ctx context.Context) ([]torpor.Node, error) {
 		return nil, wrap(err, "", op)
 	}
 	defer tx.Rollback()
-	nodes, err := collect(ctx, tx, op, scanNode, `SELECT `+nodeColumns+` FROM nodes ORDER BY name`)
+	nodes, err := collect(ctx, tx, op, scanNode, `SELECT `+NodeColumns+` FROM nodes ORDER BY name`)
 	if err != nil || len(nodes) == 0 {
 		return nodes, err
 	}
@@ -314,8 +314,8 @@ func collect[T any](ctx context.Context, tx *sql.Tx, op string, scan func(scanne
 // SetNodeState sets an up node draining or a draining one up; setting the
 // state a node has is a success.
 func (s *Store) SetNodeState(ctx context.Context, name string, st torpor.NodeState) error {
-	if st != torpor.NodeUp && st != torpor.NodeDraining {
-		return torpor.Invalid("state", "a node can be set %s or %s, not %q", torpor.NodeUp, torpor.NodeDraining, st)
+	if err := CheckNodeState(st); err != nil {
+		return err
 	}
 	op := fmt.Sprintf("set node %q %s", name, st)
 	return s.inTx(ctx, op, func(tx *sql.Tx) error {
@@ -328,7 +328,7 @@ func (s *Store) SetNodeState(ctx context.Context, name string, st torpor.NodeSta
 			return wrap(err, "", op)
 		}
 		if torpor.NodeState(cur) == torpor.NodeDown {
-			return nodeIsDown(name, st)
+			return NodeIsDown(name, st)
 		}
 		if _, err := tx.ExecContext(ctx, `UPDATE nodes SET state = ? WHERE name = ?`, string(st), name); err != nil {
 			return wrap(err, "", op)
@@ -337,8 +337,19 @@ func (s *Store) SetNodeState(ctx context.Context, name string, st torpor.NodeSta
 	})
 }
 
-// nodeIsDown is the conflict of a state change asked of a down node.
-func nodeIsDown(name string, st torpor.NodeState) error {
+// CheckNodeState refuses a state that SetNodeState cannot set (in this
+// store and in store/postgres): a node is set up or draining; down is
+// DeclareDown's.
+func CheckNodeState(st torpor.NodeState) error {
+	if st != torpor.NodeUp && st != torpor.NodeDraining {
+		return torpor.Invalid("state", "a node can be set %s or %s, not %q", torpor.NodeUp, torpor.NodeDraining, st)
+	}
+	return nil
+}
+
+// NodeIsDown is the conflict of a state change asked of a down node (in
+// this store and in store/postgres).
+func NodeIsDown(name string, st torpor.NodeState) error {
 	return &torpor.Error{Code: torpor.EConflict, Reason: "node_down",
 		Message: fmt.Sprintf("node %q is down; it can be set %s only once it joins again", name, st)}
 }
@@ -352,7 +363,7 @@ func (s *Store) DeclareDown(ctx context.Context, timeout time.Duration) ([]torpo
 	var out []torpor.Node
 	err := s.inTx(ctx, op, func(tx *sql.Tx) error {
 		var err error
-		out, err = collect(ctx, tx, op, scanNode, `SELECT `+nodeColumns+` FROM nodes WHERE state <> ? AND heartbeat_at <= ? ORDER BY name`,
+		out, err = collect(ctx, tx, op, scanNode, `SELECT `+NodeColumns+` FROM nodes WHERE state <> ? AND heartbeat_at <= ? ORDER BY name`,
 			string(torpor.NodeDown), cutoff)
 		if err != nil {
 			return err

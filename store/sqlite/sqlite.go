@@ -49,7 +49,7 @@ type Store struct {
 	secrets *secretBox
 	// fence is the node this handle writes sandboxes as, once it joined
 	// (nodes.go); nil: unfenced.
-	fence atomic.Pointer[fence]
+	fence atomic.Pointer[Fence]
 	// exclusive holds the locks of Exclusive.
 	exclusive exclusiveLocks
 
