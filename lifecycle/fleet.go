@@ -101,6 +101,64 @@ type fleet struct {
 	// lastSeq is the newest event this node has told its followers of,
 	// for the events other nodes write (see followOthers).
 	lastSeq int64
+
+	// owners remembers, for ownerTTL, which up node owns a sandbox that
+	// another node's request was routed to, so that a burst of requests
+	// through this node reads the store once, not at each request.
+	ownersMu sync.Mutex
+	owners   map[string]ownerHint
+}
+
+// ownerHint is a remembered owner: the sandbox's tenant, its node and
+// when it was read (monoNow).
+type ownerHint struct {
+	tenant, node string
+	at           int64
+}
+
+// ownerTTL is how long a remembered owner is trusted. A sandbox leaves an
+// up node only in a drain; a request that reaches its old owner in that
+// window answers 503 with a Retry-After of a second (OwnerMoved), and the
+// retry finds the hint gone. maxOwnerHints bounds the memory it takes.
+const (
+	ownerTTL      = time.Second
+	maxOwnerHints = 4096
+)
+
+// knownOwner returns the remembered owner of sandbox id when it is still
+// fresh, was read for the same tenant (or the caller names none), and
+// the last listing has its node up.
+func (e *Engine) knownOwner(tenant, id string) (torpor.Node, bool) {
+	f := e.fleet
+	f.ownersMu.Lock()
+	h, ok := f.owners[id]
+	f.ownersMu.Unlock()
+	if !ok || monoNow()-h.at > int64(ownerTTL) || (tenant != "" && tenant != h.tenant) {
+		return torpor.Node{}, false
+	}
+	n, ok := e.nodeInfo(h.node)
+	return n, ok && n.State == torpor.NodeUp
+}
+
+// rememberOwner notes that node owns sandbox id of tenant.
+func (e *Engine) rememberOwner(tenant, id, node string) {
+	f := e.fleet
+	f.ownersMu.Lock()
+	defer f.ownersMu.Unlock()
+	if f.owners == nil || len(f.owners) >= maxOwnerHints {
+		f.owners = make(map[string]ownerHint)
+	}
+	f.owners[id] = ownerHint{tenant: tenant, node: node, at: monoNow()}
+}
+
+// forgetOwners drops what is remembered of the owners of ids.
+func (e *Engine) forgetOwners(ids ...string) {
+	f := e.fleet
+	f.ownersMu.Lock()
+	defer f.ownersMu.Unlock()
+	for _, id := range ids {
+		delete(f.owners, id)
+	}
 }
 
 type backoff struct {
@@ -408,6 +466,11 @@ func (e *Engine) followOthers(ctx context.Context) {
 		return
 	}
 	f.lastSeq = evs[len(evs)-1].Seq
+	ids := make([]string, 0, len(evs))
+	for _, ev := range evs {
+		ids = append(ids, ev.SandboxID)
+	}
+	e.forgetOwners(ids...) // what changed may have moved
 	e.announce()
 }
 
@@ -693,6 +756,9 @@ func (e *Engine) Route(ctx context.Context, tenant, id string) (Route, error) {
 	if mine {
 		return Route{Local: true}, nil
 	}
+	if n, ok := e.knownOwner(tenant, id); ok {
+		return Route{Node: n}, nil
+	}
 	sb, err := e.store.GetSandbox(ctx, id)
 	if err != nil {
 		if torpor.IsCode(err, torpor.ENotFound) {
@@ -709,6 +775,9 @@ func (e *Engine) Route(ctx context.Context, tenant, id string) (Route, error) {
 			return Route{}, torpor.Errorf(torpor.EUnavailable, "sandbox %s is on node %s, which this node does not know yet", id, sb.Node)
 		}
 		if n.State != torpor.NodeDown {
+			if n.State == torpor.NodeUp {
+				e.rememberOwner(sb.Tenant, id, n.Name)
+			}
 			return Route{Node: n}, nil
 		}
 	}

@@ -440,6 +440,62 @@ func TestFleetDrain(t *testing.T) {
 	}
 }
 
+// TestFleetRouteFollowsTheOwner: a node that routed a request to another
+// node's sandbox (and remembers where it went) never routes another
+// tenant's request by what it remembers, and follows the sandbox when it
+// moves (here a drain) and when it ends.
+func TestFleetRouteFollowsTheOwner(t *testing.T) {
+	f := newFleetEnv(t)
+	nodes := map[string]*fleetNode{}
+	startOn := func(ctx context.Context, n torpor.Node, tenant, id string) error {
+		_, err := nodes[n.Name].eng.Start(ctx, tenant, id)
+		return err
+	}
+	a := f.startWith("a", lifecycle.Capacity{}, nil, startOn)
+	b := f.startWith("b", lifecycle.Capacity{}, nil, startOn)
+	c := f.startWith("c", lifecycle.Capacity{}, nil, startOn)
+	nodes["a"], nodes["b"], nodes["c"] = a, b, c
+	sb, err := a.eng.Create(ctx, "acme", torpor.CreateRequest{Template: "base"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if r, err := c.eng.Route(ctx, "acme", sb.ID); err != nil || r.Local || r.Node.Name != "a" {
+			t.Fatalf("c routes a's sandbox to %+v (%v), want node a", r, err)
+		}
+	}
+	// Another tenant's request stays on c, which answers as for any
+	// sandbox it cannot see: not found.
+	if r, err := c.eng.Route(ctx, "other", sb.ID); err != nil || !r.Local {
+		t.Fatalf("c routes another tenant's request to %+v (%v), want here", r, err)
+	}
+	if _, err := c.eng.Get(ctx, "other", sb.ID); !torpor.IsCode(err, torpor.ENotFound) {
+		t.Fatalf("another tenant gets a's sandbox through c: %v, want not_found", err)
+	}
+
+	if _, err := c.eng.DrainNode(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	// The drain starts it on b or on c: c's route follows it there.
+	var owner string
+	f.eventually("c routes the drained sandbox where it runs", func() bool {
+		now := c.get(t, sb.ID)
+		if now.State != torpor.StateRunning || (now.Node != "b" && now.Node != "c") {
+			return false
+		}
+		owner = now.Node
+		r, err := c.eng.Route(ctx, "acme", sb.ID)
+		return err == nil && r.Local == (owner == "c") && (r.Local || r.Node.Name == owner)
+	})
+	if _, err := nodes[owner].eng.Delete(ctx, "acme", sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	f.eventually("c routes the deleted sandbox here", func() bool {
+		r, err := c.eng.Route(ctx, "acme", sb.ID)
+		return err == nil && r.Local
+	})
+}
+
 // flakyObjects is an object store that can be down.
 type flakyObjects struct {
 	torpor.ObjectStore
