@@ -12,7 +12,7 @@ cd "$ROOT"
 if [[ $(id -u) -ne 0 ]]; then
   echo "warning: not root: the runc and end-to-end tests will skip" >&2
 fi
-apt_install runc busybox-static ca-certificates debootstrap chromium postgresql
+apt_install runc busybox-static ca-certificates debootstrap chromium postgresql nftables iproute2
 ensure_vm_support
 ensure_e2b_sdk
 ensure_go
