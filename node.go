@@ -36,7 +36,9 @@ type Node struct {
 	// Runtimes are the runtime kinds it runs.
 	Runtimes []string `json:"runtimes"`
 	// Host describes what a VM snapshot needs of a host to resume on it
-	// (QEMU and kernel versions); two nodes are compatible when equal.
+	// (QEMU and guest kernel versions, acceleration, CPU model, sandbox
+	// network: the SnapshotArchiver.Host of each of its runtimes that has
+	// one); two nodes are compatible when equal.
 	Host string `json:"host,omitempty"`
 	// Capacity is what it lends to sandboxes and Used what its sandboxes
 	// hold of it (as of its last heartbeat).
@@ -65,7 +67,8 @@ type Durability string
 const (
 	// DurabilityNode: only on its node; it is lost with the node.
 	DurabilityNode Durability = "node"
-	// DurabilityRemote: in the object store too; any node can start it.
+	// DurabilityRemote: in the object store too; any node can start it
+	// (a VM snapshot: any node of the same Host).
 	DurabilityRemote Durability = "remote"
 )
 
@@ -76,6 +79,10 @@ type RemoteState struct {
 	Bytes      int64     `json:"bytes"`
 	Boots      int       `json:"boots"`
 	UploadedAt time.Time `json:"uploaded_at"`
+	// Host is the Host of the node that uploaded a VM memory snapshot
+	// (a snapshot-paused sandbox's state), which only a node of the same
+	// Host resumes; empty for a disk, which any node starts.
+	Host string `json:"host,omitempty"`
 }
 
 // FailureLost is the failure of a sandbox whose state was only on a node
@@ -175,4 +182,26 @@ type DiskArchiver interface {
 	// ImportDisk makes the disk of sandbox id from a stream ExportDisk
 	// wrote (replacing any disk it has), ready for a Boot.
 	ImportDisk(ctx context.Context, id string, r io.Reader) error
+}
+
+// SnapshotArchiver is an optional Runtime capability, a Snapshotter whose
+// snapshots travel: the whole state of a snapshot-paused sandbox (its
+// disk, its memory snapshot and what its restore needs) written as one
+// stream, and made again from such a stream on another node of the same
+// Host, so that the sandbox resumes there where it stopped (Restore).
+type SnapshotArchiver interface {
+	Snapshotter
+	// ExportSnapshot writes the state of a sandbox whose instance is
+	// snapshotted (a conflict otherwise) to w and returns how many bytes
+	// it wrote.
+	ExportSnapshot(ctx context.Context, ref InstanceRef, w io.Writer) (int64, error)
+	// ImportSnapshot makes the disk and snapshot of sandbox id from a
+	// stream ExportSnapshot wrote (replacing any it has), ready for a
+	// Restore, moving them into place only once all of the stream has
+	// been read and found good. A stream made on another Host is a
+	// conflict with Reason FailureSnapshot.
+	ImportSnapshot(ctx context.Context, id string, r io.Reader) (SnapshotInfo, error)
+	// Host describes what a snapshot of this runtime needs of a host to be
+	// restored on it (Node.Host): snapshots restore where Host is equal.
+	Host() string
 }

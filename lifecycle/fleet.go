@@ -21,16 +21,18 @@ import (
 type FleetConfig struct {
 	Nodes torpor.NodeStore
 	// Self says who this node is: Name, Address, ProxyAddress, Labels and
-	// Host (the engine fills in Runtimes and Capacity).
+	// Host (the engine fills in Runtimes and Capacity, and Host when empty:
+	// what its runtimes that export snapshots say of the host).
 	Self torpor.Node
 	// DownAfter is how long a node may miss heartbeats before the others
 	// declare it down (DefaultDownAfter when 0).
 	DownAfter time.Duration
-	// Objects keeps hibernated disks so that any node can start them; nil:
-	// they stay on their node (durability node).
+	// Objects keeps hibernated disks (and snapshot-paused VMs) so that any
+	// node (of the same Host) can start them; nil: they stay on their node
+	// (durability node).
 	Objects torpor.ObjectStore
-	// UploadAfter is how long a sandbox stays hibernated before its disk
-	// is uploaded (0: at once).
+	// UploadAfter is how long a sandbox stays hibernated (paused by
+	// snapshot) before its disk (snapshot) is uploaded (0: at once).
 	UploadAfter time.Duration
 	// StartOn asks node n to start sandbox id of tenant (a drain moves
 	// its running sandboxes so); nil: drained sandboxes stay hibernated.
@@ -314,6 +316,7 @@ func (e *Engine) selfNode() torpor.Node {
 	}
 	n.Capacity = torpor.Resources{VCPUs: e.ledger.cap.VCPUs, MemoryMiB: e.ledger.cap.MemoryMiB}
 	n.Used = e.used()
+	n.Host = e.snapshotHost()
 	return n
 }
 
@@ -624,7 +627,7 @@ func (e *Engine) settleDownNode(ctx context.Context, n torpor.Node) error {
 			at = now
 		}
 		switch {
-		case sb.State == torpor.StateHibernated && sb.Durability == torpor.DurabilityRemote:
+		case releasable(sb):
 			sb.Node = ""
 			evs = append(evs, e.event(sb, torpor.EventReleased, "node", n.Name, "cause", "node_down"))
 		case sb.State == torpor.StateFailed && sb.Failure != nil && sb.Failure.Code == torpor.FailureLost:
@@ -701,20 +704,24 @@ func (e *Engine) own(ctx context.Context, sb *torpor.Sandbox) error {
 		if !ok || n.State != torpor.NodeDown {
 			return torpor.Moved(sb.ID, sb.Node)
 		}
-		claimable := (sb.State == torpor.StateHibernated && sb.Durability == torpor.DurabilityRemote) ||
+		claimable := releasable(sb) ||
 			(sb.State == torpor.StateFailed && sb.Failure != nil && sb.Failure.Code == torpor.FailureLost)
 		if !claimable {
 			return &torpor.Error{Code: torpor.EUnavailable, RetryAfter: 2 * time.Second,
 				Message: "node " + sb.Node + " is down; its sandbox " + sb.ID + " is being settled, try again in a moment"}
 		}
 	}
-	if e.draining() && sb.State == torpor.StateHibernated {
+	if e.draining() && movable(sb) {
 		return &torpor.Error{Code: torpor.EUnavailable, RetryAfter: time.Second,
 			Message: "node " + e.node + " is draining; send the request to another node"}
 	}
-	if sb.State == torpor.StateHibernated && !hasLabels(e.fleet.cfg.Self.Labels, sb.NodeLabels) {
+	if movable(sb) && !hasLabels(e.fleet.cfg.Self.Labels, sb.NodeLabels) {
 		return &torpor.Error{Code: torpor.EUnavailable, RetryAfter: time.Second,
 			Message: fmt.Sprintf("node %s does not have the labels %v that sandbox %s asks for; send the request to another node", e.node, sb.NodeLabels, sb.ID)}
+	}
+	if h := remoteHost(sb); h != "" && h != e.snapshotHost() {
+		return &torpor.Error{Code: torpor.EUnavailable, RetryAfter: time.Second,
+			Message: fmt.Sprintf("sandbox %s is a VM snapshot made on a host of %q, and node %s is not one; send the request to a node that is", sb.ID, h, e.node)}
 	}
 	prev, prevEpoch := sb.Node, sb.NodeEpoch
 	sb.Node, sb.NodeEpoch = e.node, e.Epoch()
@@ -781,7 +788,7 @@ func (e *Engine) Route(ctx context.Context, tenant, id string) (Route, error) {
 			return Route{Node: n}, nil
 		}
 	}
-	if sb.Node == "" && sb.State != torpor.StateHibernated {
+	if sb.Node == "" && !movable(sb) {
 		// Lost with its node: nothing to take; the verbs that change it
 		// (delete) take it then.
 		return Route{Local: true}, nil
@@ -789,16 +796,23 @@ func (e *Engine) Route(ctx context.Context, tenant, id string) (Route, error) {
 	// No live node holds it: take it here when it fits and this node is
 	// not draining, else send it to a node where it does.
 	// A node without the labels its create asked for does not take it.
-	if sb.State == torpor.StateHibernated {
+	// A VM snapshot resumes only on a node of the host that made it.
+	if movable(sb) {
 		labelled := hasLabels(e.fleet.cfg.Self.Labels, sb.NodeLabels)
-		if e.draining() || !e.fits(sb.Resources) || !labelled {
-			if n, ok := e.pick(sb.Runtime.Kind, sb.NodeLabels, sb.Resources, true); ok {
+		host := remoteHost(sb)
+		compatible := host == "" || host == e.snapshotHost()
+		if e.draining() || !e.fits(sb.Resources) || !labelled || !compatible {
+			if n, ok := e.pickHost(sb.Runtime.Kind, sb.NodeLabels, host, sb.Resources, true); ok {
 				return Route{Node: n}, nil
 			}
 		}
 		if !labelled {
 			return Route{}, &torpor.Error{Code: torpor.EUnavailable, RetryAfter: 5 * time.Second,
 				Message: fmt.Sprintf("sandbox %s asks for a node with the labels %v; no up node with room has them", id, sb.NodeLabels)}
+		}
+		if !compatible {
+			return Route{}, &torpor.Error{Code: torpor.EUnavailable, RetryAfter: 5 * time.Second,
+				Message: fmt.Sprintf("sandbox %s is a VM snapshot made on a host of %q; no up node with room is one", id, host)}
 		}
 	}
 	if tenant == "" {
@@ -845,6 +859,11 @@ const localSlack = 0.1
 // free fraction of its memory, counting what this node sent it since the
 // last listing (this node's own use is its live one, with localSlack).
 func (e *Engine) pick(kind string, labels map[string]string, r torpor.Resources, others bool) (torpor.Node, bool) {
+	return e.pickHost(kind, labels, "", r, others)
+}
+
+// pickHost is pick among the nodes whose Host is host (any: "").
+func (e *Engine) pickHost(kind string, labels map[string]string, host string, r torpor.Resources, others bool) (torpor.Node, bool) {
 	draining := e.draining()
 	f := e.fleet
 	f.mu.Lock()
@@ -864,6 +883,9 @@ func (e *Engine) pick(kind string, labels map[string]string, r torpor.Resources,
 			continue
 		}
 		if !hasLabels(n.Labels, labels) {
+			continue
+		}
+		if host != "" && n.Host != host {
 			continue
 		}
 		used := n.Used
@@ -1056,6 +1078,20 @@ func (e *Engine) drainOne(ctx context.Context, sb *torpor.Sandbox) {
 	if f.cfg.Objects == nil {
 		return
 	}
+	if sb.State == torpor.StatePaused && e.snapshotArchiver(sb) != nil {
+		if _, ok := e.pickHost(sb.Runtime.Kind, sb.NodeLabels, e.snapshotHost(), torpor.Resources{}, true); ok {
+			// Its snapshot moves, memory and all, for a node of this host
+			// to resume it where it stopped.
+			if err := e.upload(ctx, sb.ID); err != nil {
+				e.log.Warn("fleet: drain: upload", "sandbox", sb.ID, "err", err)
+				return
+			}
+			if _, err := e.release(ctx, sb.ID); err != nil {
+				e.log.Warn("fleet: drain: release", "sandbox", sb.ID, "err", err)
+			}
+			return
+		}
+	}
 	wasRunning := false
 	switch sb.State {
 	case torpor.StateRunning, torpor.StatePaused:
@@ -1096,8 +1132,8 @@ func (e *Engine) drainOne(ctx context.Context, sb *torpor.Sandbox) {
 	}
 }
 
-// release lets go of a hibernated sandbox whose state is in the object
-// store, for any node to start.
+// release lets go of a hibernated (or snapshot-paused) sandbox whose state
+// is in the object store, for any node (of its host) to start.
 func (e *Engine) release(ctx context.Context, id string) (bool, error) {
 	unlock := e.locks.Lock(id)
 	defer unlock()
@@ -1105,7 +1141,7 @@ func (e *Engine) release(ctx context.Context, id string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if sb.Node != e.node || sb.State != torpor.StateHibernated || sb.Durability != torpor.DurabilityRemote || sb.Remote == nil {
+	if sb.Node != e.node || !releasable(sb) {
 		return false, nil
 	}
 	// The local disk goes below: the copy must be there to be read.

@@ -33,6 +33,8 @@ type fleetEnv struct {
 	down    time.Duration
 	// labels are the nodes' labels, by name (none when absent).
 	labels map[string]map[string]string
+	// settle is the nodes' SettleEvery (0: the default).
+	settle time.Duration
 }
 
 type fleetNode struct {
@@ -83,6 +85,7 @@ func (f *fleetEnv) startWith(name string, cp lifecycle.Capacity, host *fake.Host
 		Logger:   fleetLog(name),
 		Fleet: &lifecycle.FleetConfig{Nodes: st, Self: torpor.Node{Name: name, Address: name + ":7070", Labels: f.labels[name]},
 			DownAfter: f.down, Objects: f.objects, StartOn: startOn},
+		SettleEvery: f.settle,
 	})
 	if err != nil {
 		f.t.Fatal(err)

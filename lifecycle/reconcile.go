@@ -118,9 +118,10 @@ func (e *Engine) reconcileSandbox(ctx context.Context, sb *torpor.Sandbox) error
 		}
 
 	case torpor.StatePausing, torpor.StatePaused:
-		if !alive && sb.PauseMode == torpor.PauseSnapshot && st.DiskExists {
+		if !alive && sb.PauseMode == torpor.PauseSnapshot && (st.DiskExists || (sb.State == torpor.StatePaused && releasable(sb))) {
 			// A snapshot pause ends the instance: nothing was lost. One
-			// cut short shows when it is restored.
+			// cut short shows when it is restored. One taken from another
+			// node has its state in the object store until its resume.
 			if sb.State == torpor.StatePausing {
 				// The snapshot was written but not recorded: what it holds
 				// is billed from its size, so ask the runtime for it.

@@ -35,9 +35,14 @@ type Host struct {
 	FilesDir string
 	// NoPython makes RunCode answer as for a template without python3.
 	NoPython bool
-	boots    map[string]int
-	cpu      map[string]time.Duration
-	usage    map[string]torpor.ResourceUsage
+	// SnapshotHost is what the host's runtimes say of it as Host (the
+	// snapshots they import must have been made on one that says the
+	// same); empty: "fake".
+	SnapshotHost string
+
+	boots map[string]int
+	cpu   map[string]time.Duration
+	usage map[string]torpor.ResourceUsage
 	// snapshots holds the instances written to a snapshot, by sandbox id;
 	// a nil entry is a snapshot that cannot be restored.
 	snapshots map[string]*instance

@@ -75,6 +75,7 @@ var cases = []testCase{
 	{"StoppedInstanceRefusesVerbs", false, testStopped},
 	{"Snapshot/EndsAndRestoresInstance", false, testSnapshot},
 	{"DiskArchive/ExportStoppedImportElsewhere", false, testDiskArchive},
+	{"SnapshotArchive/ExportSnapshottedRestoreElsewhere", false, testSnapshotArchive},
 	{"Exec/OutputAndExitCode", true, testExecOutput},
 	{"Exec/EnvAndCwd", true, testExecEnvCwd},
 	{"Exec/Stdin", true, testExecStdin},

@@ -140,6 +140,8 @@ type Runtime struct {
 	// codeStarts serialises starting a sandbox's code server.
 	codeStarts keyedmutex.Mutex
 	agents     agentPool
+	// hostState is Host, worked out once.
+	hostState
 }
 
 // Info describes what the runtime runs on.
