@@ -29,9 +29,10 @@ type SecretRef struct {
 
 // SecretStore keeps tenants' secrets, the value sealed at rest.
 type SecretStore interface {
-	// SetSecret creates or rotates tenant's secret name; it answers the
-	// metadata with the new version.
-	SetSecret(ctx context.Context, tenant, name string, value []byte) (Secret, error)
+	// SetSecret creates or rotates tenant's secret name at time at (its
+	// creation's, then each rotation's); it answers the metadata with the
+	// new version.
+	SetSecret(ctx context.Context, tenant, name string, value []byte, at time.Time) (Secret, error)
 	// ListSecrets answers tenant's secrets by name.
 	ListSecrets(ctx context.Context, tenant string) ([]Secret, error)
 	// GetSecret answers one secret's metadata; not_found when absent.

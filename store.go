@@ -100,5 +100,6 @@ type Store interface {
 	TemplateStore
 	WebhookStore
 	PoolStore
+	SecretStore
 	Close() error
 }

@@ -53,6 +53,9 @@ func newFuzzWorld(t testing.TB, base string, keys *principals) *fuzzWorld {
 		t.Fatal(err)
 	}
 	w.bHook = hook.ID
+	if _, err := w.l.eng.SetSecret(ctx, tenantB, secretNameB, []byte("bravo-secret-value")); err != nil {
+		t.Fatal(err)
+	}
 	w.pristine = w.state(t)
 	return w
 }
@@ -79,6 +82,9 @@ func (w *fuzzWorld) state(t testing.TB) []string {
 	return append(rows, w.l.hostState(t, w.a.running.ID, w.a.paused.ID, w.a.gone.ID, w.b.ID)...)
 }
 
+// secretNameB is tenant B's secret in a fuzz world.
+const secretNameB = "bravo-db"
+
 // fuzzCallers are the keys a fuzzed request may carry: A's, the admin's,
 // none, one that is no key.
 func fuzzCallers(k *principals) []string { return []string{k.a, k.admin, "", "tpk_not-a-key"} }
@@ -93,12 +99,12 @@ var fuzzTypes = []string{"", "", "application/json; charset=utf-8", "text/plain"
 // the raw query and the body as they are.
 func (w *fuzzWorld) fuzzRequest(rt string, who, caller, ctype uint8, seg, query string, body []byte) (req *http.Request, sandbox string, err error) {
 	method, pattern := splitRoute(rt)
-	vals := map[string]string{"sandbox": w.a.running.ID, "process": strconv.Itoa(w.a.pid), "webhook": w.a.webhook.ID, "template": "base", "tenant": tenantA, "node": "node-a"}
+	vals := map[string]string{"sandbox": w.a.running.ID, "process": strconv.Itoa(w.a.pid), "webhook": w.a.webhook.ID, "template": "base", "tenant": tenantA, "node": "node-a", "secret": secretNameA}
 	switch who % 4 {
 	case 1:
 		vals["sandbox"] = w.a.paused.ID
 	case 2:
-		vals["sandbox"], vals["webhook"], vals["tenant"] = w.b.ID, w.bHook, tenantB
+		vals["sandbox"], vals["webhook"], vals["tenant"], vals["secret"] = w.b.ID, w.bHook, tenantB, secretNameB
 	case 3:
 		for k := range vals {
 			vals[k] = seg
@@ -217,7 +223,7 @@ func FuzzAPIRequest(f *testing.F) {
 	// Hostile path parameters, each on two routes of the kinds that take
 	// one, in turn.
 	segRoutes := []string{"GET /v1/sandboxes/{id}", "POST /v1/sandboxes/{id}/exec", "GET /v1/sandboxes/{id}/processes/{pid}/output",
-		"DELETE /v1/webhooks/{id}", "GET /v1/templates/{name}", "DELETE /v1/templates/{name}", "PATCH /v1/tenants/{name}",
+		"DELETE /v1/webhooks/{id}", "GET /v1/secrets/{name}", "PUT /v1/secrets/{name}", "DELETE /v1/secrets/{name}", "GET /v1/templates/{name}", "DELETE /v1/templates/{name}", "PATCH /v1/tenants/{name}",
 		"GET /sandboxes/{id}", "POST /sandboxes/{id}/timeout"}
 	for i, seg := range hostileSegments {
 		for _, rt := range []string{segRoutes[(2*i)%len(segRoutes)], segRoutes[(2*i+1)%len(segRoutes)]} {
@@ -364,6 +370,11 @@ func truncate(b []byte, n int) string {
 // negative sizes, unicode, deep nesting, and bodies that are not one
 // JSON value.
 var hostileBodies = []string{
+	`{"template":"base","secrets":[{"name":"alpha-db","env":"PATH"}]}`,
+	`{"template":"base","secrets":[{"name":"bravo-db","path":"/run/secrets/x"}]}`,
+	`{"template":"base","secrets":[{"name":"../alpha-db","path":"/proc/self/environ"},{"name":"alpha-db","env":"A","path":"/x"}]}`,
+	`{"value":""}`,
+	`{"value":1}`,
 	`{"template":"base","template":"base"}`,
 	`{"templateID":"base","templateID":"base"}`,
 	`{"template":"base","Template":"base"}`,

@@ -35,7 +35,10 @@ func (e *Engine) RunCode(ctx context.Context, tenant, id string, req torpor.Code
 	}
 	started := e.now()
 	if req.Op == torpor.CodeRun {
-		req.Env = claimEnv(sb, req.Env)
+		if req.Env, err = e.execEnv(ctx, sb, req.Env); err != nil {
+			e.done(tenant, id, started)
+			return torpor.CodeResult{}, err
+		}
 	}
 	return untilStopped(e, ctx, sb, stopped, "the snippet", func(ctx context.Context) (torpor.CodeResult, error) {
 		return cr.RunCode(ctx, ref(sb), req)

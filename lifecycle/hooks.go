@@ -40,7 +40,13 @@ func (e *Engine) runHooks(ctx context.Context, sb *torpor.Sandbox, on string) {
 		return
 	}
 	r := ref(sb)
-	env := claimEnv(sb, nil)
+	env, err := e.execEnv(ctx, sb, nil)
+	if err != nil {
+		// A secret gone since the create: the hooks run without the
+		// secrets; the next exec says why.
+		e.log.Warn("hooks run without the sandbox's secrets", "sandbox", sb.ID, "err", err)
+		env = claimEnv(sb, nil)
+	}
 	for i, h := range sb.Hooks {
 		if h.On != on {
 			continue

@@ -52,11 +52,15 @@ func (e *Engine) StartProcess(ctx context.Context, tenant, id string, req torpor
 		req.MinID = max(req.MinID, pid+1)
 	}
 	e.procMu.Unlock()
-	req.Env = claimEnv(sb, req.Env)
+	asked := req.Env
+	if req.Env, err = e.execEnv(ctx, sb, req.Env); err != nil {
+		return torpor.ProcessInfo{}, err
+	}
 	info, err := pr.StartProcess(ctx, ref(sb), req)
 	if err != nil {
 		return torpor.ProcessInfo{}, e.stoppedUnder(ctx, sb, "the process start", err)
 	}
+	info.Env = hideSecretEnv(sb, info.Env, asked)
 	info.Boot = sb.Boots
 	e.remember(sb.ID, info)
 	return info, nil
@@ -111,6 +115,7 @@ func (e *Engine) ListProcesses(ctx context.Context, tenant, id string) ([]torpor
 	for i := range cur {
 		cur[i].Boot = sb.Boots
 		live[cur[i].ID] = true
+		cur[i].Env = hideSecretEnv(sb, cur[i].Env, nil)
 	}
 	out := append(cur, e.goneProcesses(sb.ID, live)...)
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })

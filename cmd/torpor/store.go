@@ -18,15 +18,16 @@ func (c *cli) storeCmd() *cobra.Command {
 	var from, to, keyDir string
 	cp := &cobra.Command{
 		Use:   "copy --from FILE.db --to postgres://USER@HOST/DB",
-		Short: "Copy a SQLite store (sandboxes, events, ledger, keys, templates, webhooks) into an empty PostgreSQL database",
+		Short: "Copy a SQLite store (sandboxes, events, ledger, keys, templates, webhooks, secrets) into an empty PostgreSQL database",
 		Long: `Copy everything a torpor daemon keeps in its SQLite file into a new, empty
 PostgreSQL database, in one transaction: sandboxes and their events, the
-usage ledger, tenants and keys, templates, webhooks and their cursors, GPU
-leases and warm pools. Event and ledger numbers move as they are, so
-cursors keep their meaning. A target that holds anything is refused.
+usage ledger, tenants and keys, templates, webhooks and their cursors,
+tenants' secrets, GPU leases and warm pools. Event and ledger numbers move
+as they are, so cursors keep their meaning. A target that holds anything
+is refused.
 
-Stop the daemon first. Webhook secrets are sealed again with the
-webhook.key in --key-dir (default: the directory of --from, the data dir):
+Stop the daemon first. Webhook and tenant secrets are sealed again with
+the webhook.key in --key-dir (default: the directory of --from, the data dir):
 start the daemons that use the database with that data dir's key.
 See docs/postgres.md.`,
 		Args: cobra.NoArgs,

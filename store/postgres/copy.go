@@ -47,6 +47,10 @@ var copyTables = []copyTable{
 		columns: []string{"seq", "type", "sandbox_id", "tenant", "time", "attrs"}, seq: "seq"},
 	{name: "webhooks", query: `SELECT id, tenant, url, secret, created_at, cursor FROM webhooks`,
 		columns: []string{"id", "tenant", "url", "secret", "created_at", "cursor"}},
+	// A secret's value is opened with the source's key and sealed again
+	// with the target's, bound to the same tenant and name.
+	{name: "secrets", query: `SELECT tenant, name, value, version, created_at, updated_at FROM secrets`,
+		columns: []string{"tenant", "name", "value", "version", "created_at", "updated_at"}},
 	{name: "usage", query: `SELECT seq, sandbox_id, tenant, kind, start_us, end_us, seconds, vcpu_s, memory_gib_s, disk_gib_s, snapshot_gib_s, cost FROM usage ORDER BY seq`,
 		columns: []string{"seq", "sandbox_id", "tenant", "kind", "start_us", "end_us", "seconds", "vcpu_s", "memory_gib_s", "disk_gib_s", "snapshot_gib_s", "cost"}, seq: "seq"},
 	{name: "gpu_leases", query: `SELECT id, record FROM gpu_leases`, columns: []string{"id", "record"}},
@@ -162,6 +166,16 @@ func copyOne(ctx context.Context, rtx *sql.Tx, tx pgx.Tx, t copyTable, srcKey, d
 				return err
 			}
 			v[3] = dstKey.Seal(id, secret)
+		}
+		if t.name == "secrets" {
+			tenant, _ := v[0].(string)
+			name, _ := v[1].(string)
+			stored, _ := v[2].(string)
+			value, err := srcKey.OpenSecret(tenant, name, stored)
+			if err != nil {
+				return err
+			}
+			v[2] = dstKey.SealSecret(tenant, name, value)
 		}
 		if done++; done%10000 == 0 {
 			progress(t.name, done, total)

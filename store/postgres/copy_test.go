@@ -54,6 +54,10 @@ func TestCopyFromSQLite(t *testing.T) {
 		Cause: "run", Billed: true, Start: t0, End: t0.Add(time.Second), Seconds: 1, GPUs: 1, SliceMiB: 1024}}))
 	must(src.FlagKey(ctx, gpulease.Flag{Tenant: "acme", KeyID: "key_1", LeaseID: "gl_1", At: t0}))
 	must(src.SetPool(ctx, torpor.PoolConfig{Template: "base", Size: 2, AllowInternet: true}))
+	_, err = src.SetSecret(ctx, "acme", "db", []byte("v1"), t0)
+	must(err)
+	_, err = src.SetSecret(ctx, "acme", "db", []byte("hunter2"), t0.Add(time.Hour))
+	must(err)
 	must(src.Close())
 	src, err = sqlite.Open(ctx, path)
 	must(err)
@@ -98,6 +102,10 @@ func TestCopyFromSQLite(t *testing.T) {
 	}
 	if flags, err := dst.KeyFlags(ctx, "key_1"); err != nil || len(flags) != 1 {
 		t.Errorf("key flags after the copy: %+v, %v", flags, err)
+	}
+	same("secrets", func(s torpor.Store) (any, error) { return s.ListSecrets(ctx, "acme") })
+	if v, err := dst.SecretValue(ctx, "acme", "db"); err != nil || string(v) != "hunter2" {
+		t.Errorf("secret value after the copy: %q, %v", v, err)
 	}
 	same("pools", func(s torpor.Store) (any, error) { return s.(torpor.PoolStore).PoolConfigs(ctx) })
 	same("nodes", func(s torpor.Store) (any, error) { return s.(torpor.NodeStore).ListNodes(ctx) })

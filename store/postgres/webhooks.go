@@ -106,7 +106,12 @@ func (s *Store) openWebhookSecrets(ctx context.Context, keyDir string) error {
 	if err := rows.Err(); err != nil {
 		return wrap(err, "", op)
 	}
-	if s.secrets, err = sqlite.LoadWebhookKey(keyDir, sealed); err != nil {
+	// Tenants' secrets are sealed with the same key (secrets.go).
+	more, err := sealedSecrets(ctx, s)
+	if err != nil {
+		return err
+	}
+	if s.secrets, err = sqlite.LoadWebhookKey(keyDir, append(sealed, more...)); err != nil {
 		return fmt.Errorf("postgres store: %w", err)
 	}
 	return s.inTx(ctx, op, func(tx pgx.Tx) error {

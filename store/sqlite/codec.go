@@ -100,7 +100,7 @@ func LoadWebhookKey(dir string, sealed []string) (*SecretBox, error) {
 	key, err := readWebhookKey(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		if len(sealed) > 0 {
-			return nil, fmt.Errorf("%s is missing, and the secrets of %d webhooks (%s) are sealed with it: restore it, or delete those webhooks",
+			return nil, fmt.Errorf("%s is missing, and %d values (%s) are sealed with it: restore it, or delete those webhooks and secrets",
 				path, len(sealed), strings.Join(sealed, ", "))
 		}
 		key, err = createWebhookKey(path)

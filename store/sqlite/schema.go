@@ -100,6 +100,8 @@ ALTER TABLE tenants ADD COLUMN max_disk_mib   INTEGER NOT NULL DEFAULT 0;
 		nodesSchema,
 		// 10: the instance (data dir) each node joined from (nodes.go).
 		nodeInstanceSchema,
+		// 11: tenants' secrets, their values sealed (secrets.go).
+		secretsSchema,
 	}
 }
 

@@ -97,11 +97,17 @@ func (s *Store) openWebhookSecrets(ctx context.Context) error {
 	if err := rows.Err(); err != nil {
 		return wrap(err, "", op)
 	}
+	// Tenants' secrets are sealed with the same key (secrets.go).
+	more, err := s.sealedSecrets(ctx)
+	if err != nil {
+		return err
+	}
+	sealed = append(sealed, more...)
 	path := filepath.Join(filepath.Dir(s.path), WebhookKeyFile)
 	key, err := readWebhookKey(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		if len(sealed) > 0 {
-			return fmt.Errorf("sqlite store: %s is missing, and the secrets of %d webhooks (%s) are sealed with it: restore it, or delete those webhooks",
+			return fmt.Errorf("sqlite store: %s is missing, and %d values (%s) are sealed with it: restore it, or delete those webhooks and secrets",
 				path, len(sealed), strings.Join(sealed, ", "))
 		}
 		key, err = createWebhookKey(path)

@@ -57,6 +57,7 @@ func Run(t *testing.T, open Opener) {
 		{"APIKeys", apiKeyTests()},
 		{"Templates", templateTests()},
 		{"Webhooks", webhookTests()},
+		{"Secrets", secretTests()},
 		{"Pools", poolTests()},
 		{"Usage", usageTests()},
 		{"Durability", durabilityTests()},
