@@ -310,9 +310,11 @@ func (r PolicyRequest) Apply(s *Sandbox, now time.Time) {
 type ScheduledEvent struct {
 	Action string    `json:"action"`
 	At     time.Time `json:"at"`
-	// Cause is idle (the sandbox's policy), end (its end time) or
-	// platform (max_paused_seconds).
-	Cause string `json:"cause"`
+	// Cause is idle (the sandbox's policy), end (its end time),
+	// platform (max_paused_seconds) or wake_up (one of its wake-ups,
+	// named by Wakeup).
+	Cause  string `json:"cause"`
+	Wakeup string `json:"wakeup,omitempty"`
 }
 
 // Schedule is what the idle engine plans for a sandbox. It is derived

@@ -20,11 +20,17 @@ type CreateRequest struct {
 	Ports []PortSpec `json:"ports,omitempty"`
 	// AllowInternet lets the sandbox reach the internet (off by default).
 	AllowInternet bool `json:"allow_internet,omitempty"`
+	// Secrets are the tenant's secrets the sandbox gets, as environment
+	// variables or files (docs/secrets.md); each must exist.
+	Secrets []SecretRef `json:"secrets,omitempty"`
 	// Isolation picks the kind of runtime: "container" or "vm" (empty:
 	// runtime.kind, else the server's default).
 	Isolation string `json:"isolation,omitempty"`
 	// Accel asks for a GPU lease (docs/gpu.md).
 	Accel *AccelRequest `json:"accel,omitempty"`
+	// Wakeups are the sandbox's scheduled wake-ups (docs/schedule.md),
+	// checked by the engine against its clock.
+	Wakeups []WakeupSpec `json:"wakeups,omitempty"`
 	// NodeLabels places the sandbox, in a fleet, on a node that has every
 	// one of these labels (torpor serve --node-label; docs/fleet.md).
 	NodeLabels map[string]string `json:"node_labels,omitempty"`
@@ -69,6 +75,9 @@ type UpdateRequest struct {
 	Hooks *[]Hook `json:"hooks,omitempty"`
 	// Ports, when given, replace the sandbox's port settings.
 	Ports *[]PortSpec `json:"ports,omitempty"`
+	// Wakeups, when given, replace the sandbox's wake-ups ([] removes
+	// them).
+	Wakeups *[]WakeupSpec `json:"wakeups,omitempty"`
 }
 
 // Limits bound what a caller may ask for.
@@ -140,6 +149,14 @@ func (r *CreateRequest) Validate(l Limits) (Resources, error) {
 	}
 	if err := ValidateNodeLabels("node_labels", r.NodeLabels); err != nil {
 		return Resources{}, err
+	}
+	if err := ValidateSecretRefs(r.Secrets); err != nil {
+		return Resources{}, err
+	}
+	for _, ref := range r.Secrets {
+		if _, ok := r.Env[ref.Env]; ok && ref.Env != "" {
+			return Resources{}, Invalid("secrets."+ref.Name, "variable %q is also set in env", ref.Env)
+		}
 	}
 	return res, nil
 }

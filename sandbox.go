@@ -188,6 +188,11 @@ type Sandbox struct {
 	// TrafficToken (header X-Torpor-Token or query torpor_token).
 	Ports        []PortSpec `json:"ports"`
 	TrafficToken string     `json:"traffic_token"`
+	// Secrets are the tenant's secrets the sandbox gets at each boot and
+	// in each exec'd process: names and where they go, never values.
+	Secrets []SecretRef `json:"secrets,omitempty"`
+	// Wakeups are the sandbox's scheduled wake-ups (docs/schedule.md).
+	Wakeups []Wakeup `json:"wakeups"`
 	// Schedule is derived by the engine when it returns a sandbox.
 	Schedule
 
@@ -210,6 +215,10 @@ func (s *Sandbox) Clone() *Sandbox {
 	c.PauseModes = append([]PauseMode(nil), s.PauseModes...)
 	c.UpcomingEvents = append([]ScheduledEvent(nil), s.UpcomingEvents...)
 	c.Ports = append([]PortSpec(nil), s.Ports...)
+	c.Wakeups = CloneWakeups(s.Wakeups)
+	if s.Secrets != nil {
+		c.Secrets = append([]SecretRef(nil), s.Secrets...)
+	}
 	if s.Hooks != nil {
 		c.Hooks = make([]Hook, len(s.Hooks))
 		for i, h := range s.Hooks {

@@ -244,16 +244,22 @@ type objectsA struct {
 	pid                   int
 	webhook               torpor.Webhook
 	secrets               []string
+	// wakeup is the id of the running sandbox's wake-up.
+	wakeup string
 }
 
 // Strings only tenant A's objects hold.
 const (
-	metaA  = "alpha-metadata-value"
-	envA   = "alpha-env-secret"
-	fileA  = "alpha-file-content"
-	hookA  = "https://hooks.example.com/alpha-hook-path"
-	procA  = "alpha-process-secret"
-	fileAt = "/root/alpha.txt"
+	metaA = "alpha-metadata-value"
+	envA  = "alpha-env-secret"
+	// secretA is the value of A's secret secretNameA, which A's
+	// sandboxes get as SECRET_A.
+	secretA     = "alpha-secret-value"
+	secretNameA = "alpha-db"
+	fileA       = "alpha-file-content"
+	hookA       = "https://hooks.example.com/alpha-hook-path"
+	procA       = "alpha-process-secret"
+	fileAt      = "/root/alpha.txt"
 )
 
 // seedA gives tenant A a running sandbox (with metadata, env, a file and
@@ -263,15 +269,24 @@ func seedA(t testing.TB, l *listener) objectsA {
 	ctx := context.Background()
 	var a objectsA
 	off := false
+	if _, err := l.eng.SetSecret(ctx, tenantA, secretNameA, []byte(secretA)); err != nil {
+		t.Fatal(err)
+	}
 	mk := func() *torpor.Sandbox {
 		sb, err := l.eng.Create(ctx, tenantA, torpor.CreateRequest{Template: "base", Metadata: map[string]string{"owner": metaA},
-			Env: map[string]string{"SECRET": envA}, PolicyRequest: torpor.PolicyRequest{Lifecycle: &torpor.Lifecycle{AutoResume: &off}}})
+			Env: map[string]string{"SECRET": envA}, Secrets: []torpor.SecretRef{{Name: secretNameA, Env: "SECRET_A"}}, PolicyRequest: torpor.PolicyRequest{Lifecycle: &torpor.Lifecycle{AutoResume: &off}}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return sb
 	}
 	a.running, a.paused, a.gone = mk(), mk(), mk()
+	// A wake-up of A's, which the stopped clock never brings.
+	withWakeup, err := l.eng.AddWakeup(ctx, tenantA, a.running.ID, torpor.WakeupSpec{WakeSchedule: "@daily", Cmd: []string{"true"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.running, a.wakeup = withWakeup, withWakeup.Wakeups[0].ID
 	if _, err := l.eng.Pause(ctx, tenantA, a.paused.ID, ""); err != nil {
 		t.Fatal(err)
 	}
@@ -297,7 +312,7 @@ func seedA(t testing.TB, l *listener) objectsA {
 	if err := l.st.CreateWebhook(ctx, a.webhook); err != nil {
 		t.Fatal(err)
 	}
-	a.secrets = []string{metaA, envA, fileA, "alpha-hook-path", procA, a.webhook.ID, a.webhook.Secret, tenantA}
+	a.secrets = []string{metaA, envA, fileA, "alpha-hook-path", procA, a.webhook.ID, a.webhook.Secret, tenantA, secretA, secretNameA}
 	for _, sb := range []*torpor.Sandbox{a.running, a.paused, a.gone} {
 		a.secrets = append(a.secrets, sb.ID, sb.TrafficToken)
 	}

@@ -186,6 +186,11 @@ func (s *Server) routes() []route {
 		{"GET", "/v1/sandboxes/{id}/files/tar", s.downloadTar, false, tenantOne},
 		{"PUT", "/v1/sandboxes/{id}/files/tar", s.uploadTar, false, tenantOne},
 		{"GET", "/v1/sandboxes/{id}/events", s.sandboxEvents, false, tenantOne},
+		{"GET", "/v1/sandboxes/{id}/wakeups", s.listWakeups, false, tenantOne},
+		{"PUT", "/v1/sandboxes/{id}/wakeups", s.setWakeups, false, tenantOne},
+		{"POST", "/v1/sandboxes/{id}/wakeups", s.addWakeup, false, tenantOne},
+		{"DELETE", "/v1/sandboxes/{id}/wakeups", s.clearWakeups, false, tenantOne},
+		{"DELETE", "/v1/sandboxes/{id}/wakeups/{wakeup}", s.removeWakeup, false, tenantOne},
 		{"GET", "/v1/events", s.events, false, tenantAny},
 		{"GET", "/v1/usage", s.usage, false, tenantOwn},
 		{"GET", "/v1/runtimes", s.listRuntimes, false, tenantNone},
@@ -206,6 +211,10 @@ func (s *Server) routes() []route {
 		{"POST", "/v1/webhooks", s.createWebhook, false, tenantNone},
 		{"GET", "/v1/webhooks", s.listWebhooks, false, tenantNone},
 		{"DELETE", "/v1/webhooks/{id}", s.deleteWebhook, false, tenantNone},
+		{"GET", "/v1/secrets", s.listSecrets, false, tenantOne},
+		{"GET", "/v1/secrets/{name}", s.getSecret, false, tenantOne},
+		{"PUT", "/v1/secrets/{name}", s.setSecret, false, tenantOne},
+		{"DELETE", "/v1/secrets/{name}", s.deleteSecret, false, tenantOne},
 	}
 }
 

@@ -45,6 +45,9 @@ var validRequests = map[string]routeRequest{
 	"GET /v1/sandboxes/{id}/files/tar":               {query: "path=/root"},
 	"PUT /v1/sandboxes/{id}/files/tar":               {query: "path=/root", ctype: "application/x-tar", body: tarOf("x.txt", "x")},
 	"POST /v1/webhooks":                              {ctype: jsonType, body: `{"url":"https://hooks.example.com/b"}`},
+	"PUT /v1/sandboxes/{id}/wakeups":                 {ctype: jsonType, body: `{"wakeups":[{"wake_schedule":"@daily"}]}`},
+	"POST /v1/sandboxes/{id}/wakeups":                {ctype: jsonType, body: `{"wake_schedule":"0 3 * * *","time_zone":"Europe/Paris"}`},
+	"PUT /v1/secrets/{name}":                         {ctype: jsonType, body: `{"value":"bravo-or-alpha-value"}`},
 	"POST /ui/session":                               {ctype: jsonType, body: `{"key":"tpk_not-a-key"}`},
 	// E2B's control plane.
 	"POST /sandboxes":                 {ctype: jsonType, body: `{"templateID":"base"}`},
@@ -99,6 +102,8 @@ var placeholders = map[string]string{
 	"sandboxes/{id}":   "sandbox",
 	"processes/{pid}":  "process",
 	"webhooks/{id}":    "webhook",
+	"wakeups/{wakeup}": "wakeup",
+	"secrets/{name}":   "secret",
 	"templates/{name}": "template",
 	"pools/{template}": "template",
 	"nodes/{name}":     "node",
@@ -210,7 +215,7 @@ func everyRouteRefusesAnotherTenant(t *testing.T, byCookie bool) {
 		method, pattern := splitRoute(rt)
 		req := validRequests[rt]
 		for _, sb := range sandboxes {
-			vals := map[string]string{"sandbox": sb.id, "process": strconv.Itoa(a.pid), "webhook": a.webhook.ID, "template": "base", "tenant": tenantA, "node": "node-a"}
+			vals := map[string]string{"sandbox": sb.id, "process": strconv.Itoa(a.pid), "webhook": a.webhook.ID, "template": "base", "tenant": tenantA, "node": "node-a", "secret": secretNameA, "wakeup": a.wakeup}
 			path, kinds, err := fillPattern(pattern, vals)
 			if err != nil {
 				t.Fatalf("%s: %v", rt, err)
@@ -308,7 +313,7 @@ func everyRouteRefusesAnotherTenant(t *testing.T, byCookie bool) {
 		if req.on == "paused" {
 			id = own.paused.ID
 		}
-		path, _, _ := fillPattern(pattern, map[string]string{"sandbox": id, "process": strconv.Itoa(own.pid), "webhook": own.webhook.ID, "template": "base", "tenant": tenantA, "node": "node-a"})
+		path, _, _ := fillPattern(pattern, map[string]string{"sandbox": id, "process": strconv.Itoa(own.pid), "webhook": own.webhook.ID, "template": "base", "tenant": tenantA, "node": "node-a", "secret": secretNameA, "wakeup": own.wakeup})
 		if req.query != "" {
 			path += "?" + req.query
 		}
@@ -330,7 +335,7 @@ func everyRouteRefusesAnotherTenant(t *testing.T, byCookie bool) {
 // invalid.
 func takesTenant(method, pattern string) bool {
 	switch {
-	case strings.HasPrefix(pattern, "/v1/sandboxes/"):
+	case strings.HasPrefix(pattern, "/v1/sandboxes/") || strings.HasPrefix(pattern, "/v1/secrets"):
 		return true
 	case method == "GET" && (pattern == "/v1/sandboxes" || pattern == "/v1/events" || pattern == "/v1/usage"):
 		return true

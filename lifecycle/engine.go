@@ -284,6 +284,7 @@ func (e *Engine) Recover(ctx context.Context) error {
 	}
 	for _, sb := range sbs {
 		if e.mine(sb) {
+			e.interruptWakeups(ctx, sb)
 			e.track(sb)
 		}
 	}
@@ -442,12 +443,19 @@ func (e *Engine) create(ctx context.Context, tenant string, req torpor.CreateReq
 	if err := applyPolicy(sb, req.PolicyRequest, now); err != nil {
 		return nil, err
 	}
+	if sb.Wakeups, err = torpor.NewWakeups("wakeups", req.Wakeups, now); err != nil {
+		return nil, err
+	}
 	if err := checkPauseMode(rt, sb); err != nil {
 		return nil, err
 	}
 	if sb.Accel, err = e.gpuAccel(req); err != nil {
 		return nil, err
 	}
+	if err := e.checkSecrets(ctx, tenant, rt, req.Secrets); err != nil {
+		return nil, err
+	}
+	sb.Secrets = req.Secrets
 	sb.KeyID = req.Caller.KeyID
 	sb.NodeLabels = req.NodeLabels
 	if err := e.leaseErr(); err != nil {
@@ -613,11 +621,23 @@ func (e *Engine) track(sb *torpor.Sandbox) {
 func (e *Engine) boot(ctx context.Context, sb *torpor.Sandbox, rt torpor.Runtime, tmpl torpor.Template, evType, cause string) error {
 	e.unwatch(sb.ID)
 	e.gpuRelease(ctx, sb) // the lease of the boot before, if any
+	// The secrets' values as they are now, for this boot only: never
+	// kept in sb (secrets.go).
+	env, err := e.secretEnv(ctx, sb, sb.Env)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if !torpor.IsCode(err, torpor.EConflict) && !torpor.IsCode(err, torpor.EInvalid) {
+			return err
+		}
+		return e.recordFailure(ctx, sb, secretFailure(err))
+	}
 	handle, err := e.bootRuntime(ctx, rt, torpor.BootSpec{
 		SandboxID:  sb.ID,
 		Template:   tmpl,
 		Resources:  sb.Resources,
-		Env:        sb.Env,
+		Env:        env,
 		Hostname:   sb.ID,
 		Setup:      sb.Runtime.Setup,
 		Entrypoint: sb.Runtime.Entrypoint,
@@ -637,6 +657,10 @@ func (e *Engine) boot(ctx context.Context, sb *torpor.Sandbox, rt torpor.Runtime
 	sb.Handle = handle
 	sb.Failure = nil
 	sb.PauseMode = ""
+	if err := e.writeSecretFiles(ctx, rt, sb); err != nil {
+		_ = e.stopRuntime(ctx, rt, sb)
+		return e.recordFailure(ctx, sb, secretFailure(err))
+	}
 	// The idle clock starts when the sandbox runs: a slow boot (a VM
 	// under emulation, a long setup) is not idle time.
 	sb.LastActivityAt = e.now()
@@ -854,6 +878,11 @@ func (e *Engine) Update(ctx context.Context, tenant, id string, req torpor.Updat
 			return nil, err
 		}
 		sb.Ports = *req.Ports
+	}
+	if req.Wakeups != nil {
+		if sb.Wakeups, err = torpor.NewWakeups("wakeups", *req.Wakeups, e.now()); err != nil {
+			return nil, err
+		}
 	}
 	if err := e.save(ctx, sb, e.event(sb, "sandbox.updated")); err != nil {
 		return nil, err

@@ -40,7 +40,7 @@ func (e *Engine) sweep(ctx context.Context, id string) {
 		return
 	}
 	e.obs.SweepLag(now.Sub(ev.At))
-	if ev.Cause != CauseEnd && e.deferIdle(ctx, sb, now) {
+	if ev.Cause != CauseEnd && ev.Cause != CauseWakeup && e.deferIdle(ctx, sb, now) {
 		return
 	}
 	switch ev.Action {
@@ -50,6 +50,8 @@ func (e *Engine) sweep(ctx context.Context, id string) {
 		err = e.hibernate(ctx, sb, ev.Cause)
 	case torpor.ActionKill:
 		err = e.terminate(ctx, sb, ev.Cause)
+	case torpor.ActionWake:
+		err = e.wakeUp(ctx, sb, ev.Wakeup)
 	}
 	if err != nil {
 		e.log.Error("idle action failed; retrying", "sandbox", id, "action", ev.Action, "err", err)

@@ -18,13 +18,14 @@ const (
 // upcomingWindow is how far ahead upcoming_events looks.
 const upcomingWindow = time.Hour
 
-// plan returns what the idle engine will do to sb if nothing else happens,
-// in time order: the first event is the next deadline, the rest follow
-// from it (a pause, then the hibernation of the paused sandbox). The end
-// time of a running sandbox comes first when it is due before its idle
-// action; an idle action that comes first stops it (a paused sandbox's
-// end does not run, and a killed one has none).
-func plan(sb *torpor.Sandbox, maxPaused time.Duration) []torpor.ScheduledEvent {
+// sleepPlan returns what the idle engine will do to sb if nothing else
+// happens, in time order: the first event is the next deadline, the rest
+// follow from it (a pause, then the hibernation of the paused sandbox).
+// The end time of a running sandbox comes first when it is due before its
+// idle action; an idle action that comes first stops it (a paused
+// sandbox's end does not run, and a killed one has none). plan adds the
+// sandbox's wake-ups (wakeup.go).
+func sleepPlan(sb *torpor.Sandbox, maxPaused time.Duration) []torpor.ScheduledEvent {
 	if sb.Pool != "" {
 		// A warm pool's member waits, frozen, for a claim: no policy
 		// pauses, hibernates or ends it (lifecycle/pool.go).

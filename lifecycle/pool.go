@@ -540,7 +540,8 @@ func (e *Engine) removeMember(ctx context.Context, id string) {
 // that boots cold: no pool matched it, the pool had no member ready, or
 // the members tried could not be claimed.
 func (e *Engine) claim(ctx context.Context, want *torpor.Sandbox, tmpl torpor.Template) (sb *torpor.Sandbox, ok bool, err error) {
-	if want.Accel != nil {
+	if want.Accel != nil || len(want.Secrets) > 0 {
+		// A member booted without the claimant's GPU lease or secrets.
 		return nil, false, nil
 	}
 	for {
@@ -637,6 +638,7 @@ func takeOver(sb, want *torpor.Sandbox, now time.Time) {
 	sb.KeyID = want.KeyID
 	sb.NodeLabels = want.NodeLabels
 	sb.Metadata = want.Metadata
+	sb.Wakeups = want.Wakeups
 	sb.Env = want.Env
 	sb.Hooks, sb.IgnoreImageHooks, sb.HookFailure = want.Hooks, want.IgnoreImageHooks, nil
 	sb.Ports = want.Ports

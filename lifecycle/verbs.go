@@ -157,6 +157,9 @@ func (e *Engine) pause(ctx context.Context, sb *torpor.Sandbox, mode torpor.Paus
 		}
 		return err
 	}
+	if mode == torpor.PauseSnapshot {
+		e.wakeUploads()
+	}
 	return nil
 }
 
@@ -296,6 +299,10 @@ func (e *Engine) resume(ctx context.Context, sb *torpor.Sandbox, cause string) e
 	if err := e.reserve(ctx, sb, torpor.StateResuming); err != nil {
 		return err
 	}
+	if err := e.fetchSnapshot(ctx, rt, sb); err != nil {
+		e.hold(sb, torpor.StatePaused)
+		return err
+	}
 	inBetween := recordsResuming(sb)
 	if inBetween {
 		e.fail("resuming.before-store")
@@ -323,6 +330,8 @@ func (e *Engine) resume(ctx context.Context, sb *torpor.Sandbox, cause string) e
 	}
 	e.fail("resuming.after-runtime")
 	sb.PauseMode = ""
+	// It runs on from its snapshot: the uploaded one is old.
+	sb.Durability = torpor.DurabilityNode
 	sb.LastActivityAt = e.now()
 	renewEnd(sb, sb.LastActivityAt)
 	sb.Meters.Resumes++
@@ -403,6 +412,11 @@ func (e *Engine) hibernate(ctx context.Context, sb *torpor.Sandbox, cause string
 	if err != nil {
 		return err
 	}
+	// A snapshot-paused sandbox that came from another node has its disk
+	// only in its uploaded snapshot.
+	if err := e.fetchSnapshot(ctx, rt, sb); err != nil {
+		return err
+	}
 	wasRunning := sb.State == torpor.StateRunning
 	if wasRunning || sb.State == torpor.StatePaused {
 		// A paused sandbox's files can be read without waking it: those
@@ -443,6 +457,11 @@ func (e *Engine) hibernate(ctx context.Context, sb *torpor.Sandbox, cause string
 	}
 	e.fail("hibernating.after-runtime")
 	sb.Handle, sb.PauseMode = "", ""
+	if sb.Remote != nil && sb.Remote.Host != "" {
+		// What is uploaded is a snapshot, not this disk: the disk goes up
+		// in its place.
+		sb.Durability = torpor.DurabilityNode
+	}
 	sb.Meters.Hibernations++
 	if cause == CauseIdle || cause == CausePlatform || cause == CauseEnd {
 		sb.Meters.AutoHibernated++
@@ -589,7 +608,10 @@ func (e *Engine) Exec(ctx context.Context, tenant, id string, req torpor.ExecReq
 		return torpor.ExecResult{}, err
 	}
 	started := e.now()
-	req.Env = claimEnv(sb, req.Env)
+	if req.Env, err = e.execEnv(ctx, sb, req.Env); err != nil {
+		e.done(tenant, id, started)
+		return torpor.ExecResult{}, err
+	}
 	var streams execIO
 	streams.wrap(&req)
 	return untilStopped(e, ctx, sb, stopped, "the command", func(ctx context.Context) (res torpor.ExecResult, err error) {

@@ -23,6 +23,7 @@ func (c *cli) createCmd() *cobra.Command {
 		res              torpor.Resources
 		env, md          []string
 		nodeLabels       []string
+		secrets          []string
 		setup            []string
 		runtimeKind      string
 		cpus             float64
@@ -36,7 +37,8 @@ func (c *cli) createCmd() *cobra.Command {
 		Use:   "create [flags] [-- ENTRYPOINT ARGS...]",
 		Short: "Create a sandbox and print its id",
 		Example: `  torpor create --template base
-  torpor create -m team=ml --setup 'mkdir -p /data' -- sh -c 'httpd -f -p 8080'`,
+  torpor create -m team=ml --setup 'mkdir -p /data' -- sh -c 'httpd -f -p 8080'
+  torpor create --secret db-password=env:DB_PASSWORD --secret tls-key=path:/run/secrets/tls.key`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var err error
 			if req.Env, err = kv("env", env); err != nil {
@@ -46,6 +48,9 @@ func (c *cli) createCmd() *cobra.Command {
 				return err
 			}
 			if req.NodeLabels, err = kv("node-label", nodeLabels); err != nil {
+				return err
+			}
+			if req.Secrets, err = parseSecretRefs(secrets); err != nil {
 				return err
 			}
 			res = torpor.Resources{VCPUs: cpus, MemoryMiB: mem, Pids: pids, DiskMiB: disks}
@@ -91,6 +96,7 @@ func (c *cli) createCmd() *cobra.Command {
 	f.StringArrayVarP(&env, "env", "e", nil, "environment variable KEY=VALUE (repeatable)")
 	f.StringArrayVarP(&md, "metadata", "m", nil, "metadata KEY=VALUE (repeatable)")
 	f.StringArrayVar(&nodeLabels, "node-label", nil, "in a fleet, place the sandbox on a node with the label KEY=VALUE (repeatable; docs/fleet.md)")
+	f.StringArrayVar(&secrets, "secret", nil, "give the sandbox the tenant's secret NAME as NAME=env:VARIABLE or NAME=path:/ABSOLUTE/PATH (repeatable; docs/secrets.md)")
 	f.StringArrayVar(&setup, "setup", nil, "shell command run at each boot before the entrypoint (repeatable)")
 	f.StringVar(&runtimeKind, "runtime", "", "runtime (default: the server's)")
 	f.StringVar(&req.Isolation, "isolation", "", "container or vm (default: the server's; torpor runtimes lists them)")
@@ -354,6 +360,13 @@ func (c *cli) printSandbox(sb *torpor.Sandbox) error {
 		}
 		row("Hook", fmt.Sprintf("on %s: %s %s (wait %v, timeout %s)", h.On, h.Type, target, h.Wait, h.Timeout()))
 	}
+	for _, r := range sb.Secrets {
+		if r.Env != "" {
+			row("Secret", fmt.Sprintf("%s as $%s", r.Name, r.Env))
+		} else {
+			row("Secret", fmt.Sprintf("%s at %s", r.Name, r.Path))
+		}
+	}
 	if hf := sb.HookFailure; hf != nil {
 		row("Hook failure", fmt.Sprintf("%s hook %d at %s: %s", hf.On, hf.Index, hf.At.Local().Format(time.DateTime), hf.Message))
 	}
@@ -366,6 +379,7 @@ func (c *cli) printSandbox(sb *torpor.Sandbox) error {
 		pol += fmt.Sprintf("; hibernate after %s paused", p.HibernateAfterPaused)
 	}
 	row("Idle policy", fmt.Sprintf("%s; auto-resume %v", pol, p.AutoResume))
+	wakeupRows(row, sb.Wakeups)
 	for _, ev := range sb.UpcomingEvents {
 		row("Upcoming", fmt.Sprintf("%s at %s (%s)", ev.Action, ev.At.Local().Format(time.DateTime), ev.Cause))
 	}

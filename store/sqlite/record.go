@@ -34,6 +34,7 @@ type sandboxRecord struct {
 	HookFailure    *hookFailRecord   `json:"hook_failure,omitempty"`
 	Ports          []portRecord      `json:"ports,omitempty"`
 	TrafficToken   string            `json:"traffic_token,omitempty"`
+	Secrets        []secretRefRecord `json:"secrets,omitempty"`
 	Snapshot       *snapshotRecord   `json:"snapshot,omitempty"`
 	AllowInternet  bool              `json:"allow_internet,omitempty"`
 	Accel          *torpor.Accel     `json:"accel,omitempty"`
@@ -50,6 +51,7 @@ type sandboxRecord struct {
 	NodeLabels map[string]string `json:"node_labels,omitempty"`
 	Durability string            `json:"durability,omitempty"`
 	Remote     *remoteRecord     `json:"remote,omitempty"`
+	Wakeups    []wakeupRecord    `json:"wakeups,omitempty"`
 }
 
 // remoteRecord is where the object store keeps a sandbox's state.
@@ -58,6 +60,15 @@ type remoteRecord struct {
 	Bytes      int64  `json:"bytes"`
 	Boots      int    `json:"boots,omitempty"`
 	UploadedAt int64  `json:"uploaded_at_us"`
+	Host       string `json:"host,omitempty"`
+}
+
+// secretRefRecord is a sandbox's reference to a secret: its name and
+// where it goes, never its value.
+type secretRefRecord struct {
+	Name string `json:"name"`
+	Env  string `json:"env,omitempty"`
+	Path string `json:"path,omitempty"`
 }
 
 type snapshotRecord struct {
@@ -190,6 +201,10 @@ func encodeRecord(sb *torpor.Sandbox) (string, error) {
 		r.Ports = append(r.Ports, portRecord(p))
 	}
 	r.TrafficToken = sb.TrafficToken
+	r.Wakeups = wakeupRecords(sb.Wakeups)
+	for _, ref := range sb.Secrets {
+		r.Secrets = append(r.Secrets, secretRefRecord(ref))
+	}
 	if sb.Snapshot != nil {
 		r.Snapshot = &snapshotRecord{Path: sb.Snapshot.Path, SizeBytes: sb.Snapshot.SizeBytes}
 	}
@@ -218,7 +233,7 @@ func encodeRecord(sb *torpor.Sandbox) (string, error) {
 	r.EndAfter, r.OnEnd = sb.EndAfterSeconds, sb.OnEnd
 	r.NodeEpoch, r.NodeLabels, r.Durability = sb.NodeEpoch, sb.NodeLabels, string(sb.Durability)
 	if rs := sb.Remote; rs != nil {
-		r.Remote = &remoteRecord{Manifest: rs.Manifest, Bytes: rs.Bytes, Boots: rs.Boots, UploadedAt: micros(rs.UploadedAt)}
+		r.Remote = &remoteRecord{Manifest: rs.Manifest, Bytes: rs.Bytes, Boots: rs.Boots, UploadedAt: micros(rs.UploadedAt), Host: rs.Host}
 	}
 	if sb.PauseModes != nil {
 		r.PauseModes = make([]string, len(sb.PauseModes))
@@ -267,6 +282,10 @@ func decodeRecord(sb *torpor.Sandbox, data string) error {
 		sb.Ports = append(sb.Ports, torpor.PortSpec(p))
 	}
 	sb.TrafficToken = r.TrafficToken
+	sb.Wakeups = wakeupsOf(r.Wakeups)
+	for _, ref := range r.Secrets {
+		sb.Secrets = append(sb.Secrets, torpor.SecretRef(ref))
+	}
 	if r.Snapshot != nil {
 		sb.Snapshot = &torpor.SnapshotInfo{Path: r.Snapshot.Path, SizeBytes: r.Snapshot.SizeBytes}
 	}
@@ -297,7 +316,7 @@ func decodeRecord(sb *torpor.Sandbox, data string) error {
 	// reads it as node).
 	sb.NodeEpoch, sb.NodeLabels, sb.Durability = r.NodeEpoch, r.NodeLabels, torpor.Durability(r.Durability)
 	if rs := r.Remote; rs != nil {
-		sb.Remote = &torpor.RemoteState{Manifest: rs.Manifest, Bytes: rs.Bytes, Boots: rs.Boots, UploadedAt: fromMicros(rs.UploadedAt)}
+		sb.Remote = &torpor.RemoteState{Manifest: rs.Manifest, Bytes: rs.Bytes, Boots: rs.Boots, UploadedAt: fromMicros(rs.UploadedAt), Host: rs.Host}
 	}
 	if r.PauseModes != nil {
 		sb.PauseModes = make([]torpor.PauseMode, len(r.PauseModes))

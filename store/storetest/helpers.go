@@ -24,6 +24,7 @@ func at(d time.Duration) time.Time { return base().Add(d) }
 // (checked by requireAllSet), so that a round trip covers them all.
 func fullSandbox(id, tenant string) *torpor.Sandbox {
 	exit := 137
+	wakeExit := 3
 	autoResume := true
 	terminated := at(3*time.Hour + 7*time.Microsecond)
 	endAt := at(5*time.Hour + 9*time.Microsecond)
@@ -82,7 +83,7 @@ func fullSandbox(id, tenant string) *torpor.Sandbox {
 		NodeLabels:    map[string]string{"disk": "ssd"},
 		Durability:    torpor.DurabilityRemote,
 		Remote: &torpor.RemoteState{Manifest: "sandboxes/sb/manifest.json", Bytes: 1 << 30, Boots: 3,
-			UploadedAt: at(2*time.Hour + 19*time.Microsecond)},
+			UploadedAt: at(2*time.Hour + 19*time.Microsecond), Host: "vm: qemu 7.2.22; accel kvm"},
 		Hooks: []torpor.Hook{
 			{Type: torpor.HookScript, On: torpor.HookOnStart, Path: "/app/restore.sh", Arguments: []string{"--from", "/data"}, Port: 1, Wait: true, TimeoutSeconds: 60},
 			{Type: torpor.HookHTTP, On: torpor.HookOnPause, Path: "/hooks/flush", Port: 3000, TimeoutSeconds: 30},
@@ -90,6 +91,15 @@ func fullSandbox(id, tenant string) *torpor.Sandbox {
 		IgnoreImageHooks: true,
 		Ports:            []torpor.PortSpec{{Port: 8080, Public: true}, {Port: 9000}},
 		TrafficToken:     "tt_abc",
+		Secrets:          []torpor.SecretRef{{Name: "db", Env: "DB_PASSWORD"}, {Name: "tls.key", Path: "/run/secrets/tls.key"}},
+		Wakeups: []torpor.Wakeup{
+			{ID: "wk_a", WakeupSpec: torpor.WakeupSpec{WakeSchedule: "0 3 * * *", TimeZone: "Europe/Paris", Cmd: []string{"./nightly.sh"}, TimeoutSeconds: 60},
+				CreatedAt: at(time.Hour), NextAt: ptime(at(3 * time.Hour)), RetryAt: ptime(at(2*time.Hour + 23*time.Microsecond)), Waiting: "capacity", Runs: 2,
+				LastResult: &torpor.WakeupResult{DueAt: at(2 * time.Hour), StartedAt: at(2*time.Hour + 21*time.Microsecond), Late: true, Missed: 1,
+					WokeFrom: torpor.StateHibernated, Status: torpor.WakeupDone, FinishedAt: ptime(at(2*time.Hour + 22*time.Microsecond)),
+					ExitCode: &wakeExit, TimedOut: true, Output: "ok\n", Error: "x"}},
+			{ID: "wk_b", WakeupSpec: torpor.WakeupSpec{WakeAt: ptime(at(4 * time.Hour))}, CreatedAt: at(time.Hour), NextAt: ptime(at(4 * time.Hour))},
+		},
 		HookFailure: &torpor.HookFailure{On: torpor.HookOnStart, Index: 1, Type: torpor.HookScript,
 			Message: "exited with status 2", At: at(2*time.Hour + 11*time.Microsecond)},
 		// CreateSandbox ignores it and starts at 1.

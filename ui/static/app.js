@@ -153,6 +153,7 @@
     auto_resume: "auto-resume by a request",
     end: "end time reached",
     reconcile: "daemon restart (reconciled)",
+    wake_up: "scheduled wake-up",
   };
 
   function causeText(ev) {
