@@ -86,16 +86,7 @@ func (r *Runtime) bootInstance(ctx context.Context, spec torpor.BootSpec) (insta
 	if err := r.saveJSON(id, "machine.json", m); err != nil {
 		return instance{}, err
 	}
-	p, err := r.startQEMU(ctx, r.sandboxDir(id), m, false)
-	if err != nil {
-		return instance{}, err
-	}
-	in := instance{Proc: p, Boot: time.Now().UnixNano()}
-	if err := r.saveJSON(id, "instance.json", in); err != nil {
-		_ = p.Kill(context.Background())
-		return instance{}, err
-	}
-	ac, release, err := r.connectBooting(ctx, id, in)
+	in, ac, release, err := r.startAndConnect(ctx, id, m)
 	if err != nil {
 		return instance{}, err
 	}
@@ -131,6 +122,55 @@ func (r *Runtime) bootInstance(ctx context.Context, spec torpor.BootSpec) (insta
 		return instance{}, bootFailure(failureOf(f))
 	}
 	return in, nil
+}
+
+// errSilentAgent is the cause of a first boot's wait that outlasted
+// Runtime.silentAfter.
+var errSilentAgent = errors.New("the guest agent stayed silent")
+
+// startAndConnect starts QEMU on m and waits for the guest's agent. Under
+// heavy load a TCG guest has been seen to hang early in its boot, its
+// agent never answering (about one boot in thirty of the VM test suite on
+// a loaded two-core host). A first guest silent for r.silentAfter is
+// therefore ended and booted once more; the second wait has no bound but
+// the caller's.
+func (r *Runtime) startAndConnect(ctx context.Context, id string, m machine) (instance, *agentConn, func(), error) {
+	for attempt := 1; ; attempt++ {
+		p, err := r.startQEMU(ctx, r.sandboxDir(id), m, false)
+		if err != nil {
+			return instance{}, nil, nil, err
+		}
+		in := instance{Proc: p, Boot: time.Now().UnixNano()}
+		if err := r.saveJSON(id, "instance.json", in); err != nil {
+			_ = p.Kill(context.Background())
+			return instance{}, nil, nil, err
+		}
+		if r.started != nil {
+			r.started(id, attempt)
+		}
+		wctx, cancel := ctx, context.CancelFunc(func() {})
+		if attempt == 1 && r.silentAfter > 0 {
+			wctx, cancel = context.WithTimeoutCause(ctx, r.silentAfter, errSilentAgent)
+		}
+		ac, release, err := r.connectBooting(wctx, id, in)
+		silent := err != nil && ctx.Err() == nil && errors.Is(context.Cause(wctx), errSilentAgent)
+		cancel()
+		switch {
+		case err == nil:
+			return in, ac, release, nil
+		case !silent:
+			return instance{}, nil, nil, err
+		}
+		r.log.Warn("vm: the guest agent did not answer; booting the guest once more",
+			"sandbox", id, "waited", r.silentAfter, "console", r.consoleTail(id))
+		r.endQEMU(ctx, id, in)
+		if m.Lazy {
+			// The first guest's memory is not the second's.
+			if err := makeMemFile(m.MemPath, m.MemoryMiB); err != nil {
+				return instance{}, nil, nil, err
+			}
+		}
+	}
 }
 
 // defaultPids bounds the processes of a sandbox whose resources say 0.

@@ -107,6 +107,12 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	default:
 		return nil, fmt.Errorf("vm: unknown acceleration %q (kvm, tcg or auto)", cfg.Accel)
 	}
+	// A guest boots in well under a second on KVM and in a few seconds
+	// under TCG; these bounds are far past a healthy boot on a loaded host.
+	r.silentAfter = 20 * time.Second
+	if r.info.Accel == AccelTCG {
+		r.silentAfter = 60 * time.Second
+	}
 	return r, nil
 }
 

@@ -34,6 +34,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/torpor-dev/torpor"
 	"github.com/torpor-dev/torpor/initproc"
@@ -140,6 +141,11 @@ type Runtime struct {
 	// codeStarts serialises starting a sandbox's code server.
 	codeStarts keyedmutex.Mutex
 	agents     agentPool
+	// silentAfter bounds the wait for a first boot's agent (see
+	// startAndConnect); 0 waits as long as the caller does.
+	silentAfter time.Duration
+	// started, when set (by tests), is told of each QEMU a boot starts.
+	started func(id string, attempt int)
 	// hostState is Host, worked out once.
 	hostState
 }
