@@ -205,6 +205,10 @@ func (p *initProc) runEntrypoint(argv []string) int {
 
 // idle reports ready and reaps orphans until asked to stop.
 func (p *initProc) idle() int {
+	// Nothing waits for the report below before using the sandbox: a
+	// child that exited before the signal handler was installed is
+	// reaped here, its SIGCHLD lost.
+	reapAll()
 	p.report(ReadyFile, Ready{Time: time.Now().UTC()})
 	for sig := range p.sigs {
 		if sig == syscall.SIGCHLD {

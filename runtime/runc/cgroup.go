@@ -195,9 +195,21 @@ func (c *cgroups) thaw(ctx context.Context, rel string) error {
 
 func (c *cgroups) setFreezerV1(ctx context.Context, rel, want string) error {
 	file := filepath.Join(c.freezerDir(rel), "freezer.state")
-	return settle(ctx, func() error {
-		return os.WriteFile(file, []byte(want), 0)
-	}, func() (bool, error) {
+	write := func() error { return os.WriteFile(file, []byte(want), 0) }
+	again := write
+	if want == "FROZEN" {
+		// A v1 freeze that caught a task at the wrong moment (one being
+		// forked or exec'ing, as a sandbox's init is just after its boot)
+		// can stay FREEZING however often FROZEN is written; thawing and
+		// freezing again gets past it (runc's freezer retries the same way).
+		again = func() error {
+			if err := os.WriteFile(file, []byte("THAWED"), 0); err != nil {
+				return err
+			}
+			return write()
+		}
+	}
+	return settle(ctx, write, again, func() (bool, error) {
 		b, err := os.ReadFile(file)
 		return strings.TrimSpace(string(b)) == want, err
 	})
@@ -205,9 +217,10 @@ func (c *cgroups) setFreezerV1(ctx context.Context, rel, want string) error {
 
 func (c *cgroups) setFreezeV2(ctx context.Context, rel, want string) error {
 	dir := c.freezerDir(rel)
-	return settle(ctx, func() error {
+	write := func() error {
 		return os.WriteFile(filepath.Join(dir, "cgroup.freeze"), []byte(want), 0)
-	}, func() (bool, error) {
+	}
+	return settle(ctx, write, write, func() (bool, error) {
 		b, err := os.ReadFile(filepath.Join(dir, "cgroup.events"))
 		if err != nil {
 			return false, err
@@ -217,9 +230,9 @@ func (c *cgroups) setFreezeV2(ctx context.Context, rel, want string) error {
 }
 
 // settle writes, then polls done with a short backoff until it holds,
-// writing again now and then (a v1 freeze can stall in FREEZING while a
-// process is in an uninterruptible sleep, and a new write retries it).
-func settle(ctx context.Context, write func() error, done func() (bool, error)) error {
+// calling again every 50 ms meanwhile (a v1 freeze can stall in FREEZING,
+// and its again thaws and freezes anew).
+func settle(ctx context.Context, write, again func() error, done func() (bool, error)) error {
 	if err := write(); err != nil {
 		return err
 	}
@@ -237,7 +250,7 @@ func settle(ctx context.Context, write func() error, done func() (bool, error)) 
 			return err
 		}
 		if time.Since(last) > 50*time.Millisecond {
-			if err := write(); err != nil {
+			if err := again(); err != nil {
 				return err
 			}
 			last = time.Now()
