@@ -57,6 +57,8 @@ var validRequests = map[string]routeRequest{
 	"POST /v2/sandboxes/{id}/connect": {ctype: jsonType, body: `{"timeout":60}`},
 	"POST /sandboxes/{id}/timeout":    {ctype: jsonType, body: `{"timeout":60}`},
 	"POST /sandboxes/{id}/refreshes":  {ctype: jsonType, body: `{"duration":60}`},
+	"POST /secrets":                   {ctype: jsonType, body: `{"name":"e2b-made","value":"bravo-or-alpha-value"}`},
+	"POST /secrets/{secretID}":        {ctype: jsonType, body: `{"value":"bravo-or-alpha-value"}`},
 	// The admin's routes, with bodies valid for the admin key.
 	"POST /v1/templates":       {ctype: jsonType, body: `{"name":"imported","rootfs":"/nonexistent"}`},
 	"POST /v1/templates/build": {ctype: jsonType, body: `{"name":"built"}`},
@@ -99,15 +101,16 @@ var notTenantScoped = map[string]string{
 // shared one (a template) or A's tenant itself (an admin's route). A
 // route with a parameter not named here fails the matrix until it is.
 var placeholders = map[string]string{
-	"sandboxes/{id}":   "sandbox",
-	"processes/{pid}":  "process",
-	"webhooks/{id}":    "webhook",
-	"wakeups/{wakeup}": "wakeup",
-	"secrets/{name}":   "secret",
-	"templates/{name}": "template",
-	"pools/{template}": "template",
-	"nodes/{name}":     "node",
-	"tenants/{name}":   "tenant",
+	"sandboxes/{id}":     "sandbox",
+	"processes/{pid}":    "process",
+	"webhooks/{id}":      "webhook",
+	"wakeups/{wakeup}":   "wakeup",
+	"secrets/{name}":     "secret",
+	"secrets/{secretID}": "secret",
+	"templates/{name}":   "template",
+	"pools/{template}":   "template",
+	"nodes/{name}":       "node",
+	"tenants/{name}":     "tenant",
 }
 
 // fillPattern substitutes the path parameters of pattern with vals (by

@@ -95,6 +95,10 @@ type API struct {
 	// cpu keeps each sandbox's last CPU sample, for cpuUsedPct.
 	cpuMu sync.Mutex
 	cpu   map[string]cpuSample
+
+	// secMu makes the E2B calls' check-then-set of a secret one step
+	// (E2B's create refuses a name that exists; torpor's set replaces).
+	secMu sync.Mutex
 }
 
 type handler func(w http.ResponseWriter, r *http.Request, tenant string, caller torpor.Caller) error
@@ -120,6 +124,11 @@ func (a *API) routes() []route {
 		{"POST", "/sandboxes/{id}/refreshes", a.refresh},
 		{"GET", "/sandboxes/{id}/metrics", a.metrics},
 		{"GET", "/templates", a.templates},
+		{"GET", "/secrets", a.listSecrets},
+		{"POST", "/secrets", a.createSecret},
+		{"GET", "/secrets/{secretID}", a.getSecret},
+		{"POST", "/secrets/{secretID}", a.updateSecret},
+		{"DELETE", "/secrets/{secretID}", a.deleteSecret},
 	}
 }
 

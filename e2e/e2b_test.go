@@ -125,6 +125,10 @@ func TestE2BSDK(t *testing.T) {
 	// The CLI beside the SDK, on the same daemon.
 	cliEnv := append(env, "TORPOR_BIN="+d.bin, "TORPOR_URL=http://"+d.addr, "TORPOR_API_KEY="+d.key)
 	runNode(t, node, cliEnv, "sdk.test.mjs", "interp.test.mjs")
+	// The secrets test's values (e2b-sdk-secret-*) were in requests only.
+	if strings.Contains(d.logs.String(), "e2b-sdk-secret-") {
+		t.Fatal("the daemon's log holds a secret's value set through the SDK")
+	}
 
 	checkE2BRoutes(t, d)
 

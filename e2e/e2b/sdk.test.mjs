@@ -5,7 +5,7 @@ import { test, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { existsSync } from 'node:fs'
 import { execFileSync } from 'node:child_process'
-import { Sandbox, CommandExitError, NotFoundError, FilesystemEventType } from 'e2b'
+import { Sandbox, CommandExitError, NotFoundError, FilesystemEventType, Secret, SecretError, SecretNotFoundError } from 'e2b'
 
 const T = { timeout: 180_000 }
 const made = []
@@ -226,4 +226,78 @@ test('the same sandbox through torpor\'s native CLI at the same time', T, async 
   assert.equal((await sbx.commands.run('cat shared.txt')).stdout, 'from the SDK')
   cli('rm', sbx.sandboxId)
   assert.equal(await sbx.isRunning(), false)
+})
+
+test('secrets: the Secret class on torpor\'s tenant secrets; one reaches a native sandbox; another tenant sees none', T, async () => {
+  const cli = (args, input) => execFileSync(process.env.TORPOR_BIN, args, { encoding: 'utf8', input, stdio: 'pipe' })
+  const n = Date.now()
+  const name = `sdk-token-${n}`
+  const v1 = `e2b-sdk-secret-one-${n}`
+  const v2 = `e2b-sdk-secret-two-${n}`
+  const answers = []
+  const keep = (x) => { answers.push(JSON.stringify(x)); return x }
+
+  // Created with capitals, kept lower-cased as E2B does; version 1.
+  const made = keep(await Secret.create(`SDK-Token-${n}`, v1))
+  assert.equal(made.name, name)
+  assert.equal(made.version, 1)
+  assert.match(made.secretId, /^sec_[0-9a-f]{24}$/)
+  assert.deepEqual(made.metadata, {})
+  assert.ok(made.createdAt instanceof Date && !isNaN(made.createdAt))
+  await assert.rejects(Secret.create(name, 'again'), SecretError)
+
+  // getInfo and exists, by identifier and by name; update rotates.
+  assert.equal(keep(await Secret.getInfo(made.secretId)).name, name)
+  assert.equal(keep(await Secret.getInfo(name)).secretId, made.secretId)
+  assert.equal(await Secret.exists(name), true)
+  assert.equal(await Secret.exists(`no-such-${n}`), false)
+  await assert.rejects(Secret.getInfo(`no-such-${n}`), SecretNotFoundError)
+  const up = keep(await Secret.update(made.secretId, v2))
+  assert.equal(up.version, 2)
+  assert.equal(up.secretId, made.secretId)
+
+  // The native CLI sees the same secret, and a sandbox made natively
+  // gets its current value.
+  const native = JSON.parse(cli(['secrets', 'get', name, '--json']))
+  assert.equal(native.version, 2)
+  const id = cli(['create', '--secret', `${name}=env:SDK_TOKEN`]).trim()
+  try {
+    assert.equal(cli(['exec', id, '--', 'sh', '-c', 'printf %s "$SDK_TOKEN"']), v2)
+  } finally {
+    cli(['rm', id])
+  }
+  // And one set with the CLI is the SDK's to read.
+  cli(['secrets', 'set', `cli-made-${n}`], `cli-value-${n}\n`)
+  assert.equal(keep(await Secret.getInfo(`cli-made-${n}`)).version, 1)
+
+  // Listed, page by page.
+  const listed = []
+  const pages = Secret.list({ limit: 1 })
+  while (pages.hasNext) listed.push(...keep(await pages.nextItems()))
+  assert.ok(listed.some((s) => s.secretId === made.secretId && s.version === 2))
+  assert.ok(listed.some((s) => s.name === `cli-made-${n}`))
+
+  // Another tenant's key sees none of it.
+  const otherKey = cli(['keys', 'create', '--tenant', `sdk-other-${n}`]).trim()
+  const other = { apiKey: otherKey }
+  const theirs = []
+  const otherPages = Secret.list({ ...other })
+  while (otherPages.hasNext) theirs.push(...(await otherPages.nextItems()))
+  assert.deepEqual(theirs, [])
+  assert.equal(await Secret.exists(made.secretId, other), false)
+  assert.equal(await Secret.exists(name, other), false)
+  await assert.rejects(Secret.update(made.secretId, 'stolen', other), SecretNotFoundError)
+  assert.equal(await Secret.destroy(name, other), false)
+  assert.equal((await Secret.getInfo(name)).version, 2)
+
+  // destroy: true, then false; gone for the CLI too.
+  assert.equal(await Secret.destroy(made.secretId), true)
+  assert.equal(await Secret.destroy(made.secretId), false)
+  assert.equal(await Secret.exists(name), false)
+  assert.equal(await Secret.destroy(`cli-made-${n}`), true)
+  assert.throws(() => cli(['secrets', 'get', name], undefined))
+
+  for (const a of answers) {
+    for (const v of [v1, v2, `cli-value-${n}`]) assert.ok(!a.includes(v), `an answer holds a value: ${a}`)
+  }
 })

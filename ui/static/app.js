@@ -391,7 +391,7 @@
     const parts = h.split("/").filter(Boolean);
     let view = "sandboxes";
     if (parts[0] === "sandbox" && parts[1]) view = "sandbox";
-    else if (["usage", "templates", "capacity", "webhooks"].includes(parts[0])) view = parts[0];
+    else if (["usage", "templates", "capacity", "webhooks", "secrets"].includes(parts[0])) view = parts[0];
     st.view = view;
     for (const v of document.querySelectorAll(".view")) v.hidden = v.id !== "view-" + view;
     for (const a of document.querySelectorAll("#nav a")) {
@@ -405,6 +405,7 @@
     if (view === "templates") loadTemplates();
     if (view === "capacity") loadCapacity();
     if (view === "webhooks") loadWebhooks();
+    if (view === "secrets") loadSecrets();
   }
 
   // ---------------------------------------------------------------- sandboxes list
@@ -862,6 +863,7 @@
     renderHooks(sb);
     renderPorts(sb);
     renderGPU(sb);
+    renderWakeups(sb);
     renderTimeline(sb);
   }
 
@@ -1531,6 +1533,203 @@
     loadWebhooks();
   }
 
+  // ---------------------------------------------------------------- secrets
+
+  // The Secrets page lists the tenant's secrets (names, versions, times:
+  // the API answers no value), sets one (a new name, or a rotation) and
+  // deletes one. A value typed here leaves the field as it is sent and is
+  // kept nowhere in the page.
+  async function loadSecrets() {
+    const tbody = $("s-rows");
+    try {
+      const r = await api("GET", "/v1/secrets");
+      const secs = r.secrets || [];
+      const frag = document.createDocumentFragment();
+      for (const sec of secs) frag.append(secretRow(sec));
+      tbody.replaceChildren(frag);
+      if (!secs.length) tbody.append(el("tr", {}, el("td", { colspan: 5, class: "muted", text: "No secrets." })));
+      document.body.dataset.secretsReady = String(Date.now());
+    } catch (e) {
+      $("s-error").textContent = e.message;
+    }
+  }
+
+  function secretRow(sec) {
+    return el("tr", { "data-name": sec.name },
+      el("td", { class: "mono name", text: sec.name }),
+      el("td", { class: "num version", text: String(sec.version) }),
+      el("td", { class: "updated", title: sec.updated_at, text: when(sec.updated_at) }),
+      el("td", { class: "created", title: sec.created_at, text: when(sec.created_at) }),
+      el("td", {}, el("button", { type: "button", class: "danger", text: "Delete", onclick: () => deleteSecret(sec.name) })));
+  }
+
+  async function setSecret(ev) {
+    ev.preventDefault();
+    $("s-error").textContent = "";
+    $("s-notice").hidden = true;
+    const name = $("s-name").value.trim();
+    const value = $("s-value").value;
+    // The value leaves the field at once, whatever the answer.
+    $("s-value").value = "";
+    try {
+      const sec = await api("PUT", "/v1/secrets/" + enc(name), { value });
+      $("s-name").value = "";
+      const box = $("s-notice");
+      box.hidden = false;
+      box.textContent = sec.version === 1 ? "Secret " + sec.name + " created (version 1)." : "Secret " + sec.name + " rotated: version " + sec.version + ".";
+    } catch (e) {
+      $("s-error").textContent = e.message;
+    }
+    loadSecrets();
+  }
+
+  async function deleteSecret(name) {
+    $("s-error").textContent = "";
+    $("s-notice").hidden = true;
+    const ok = await confirmText("Delete secret " + name + "? Sandboxes that use it keep what they have; their next exec and boot fail until it is set again.");
+    if (!ok) return;
+    try {
+      await api("DELETE", "/v1/secrets/" + enc(name));
+    } catch (e) {
+      $("s-error").textContent = e.message;
+    }
+    loadSecrets();
+  }
+
+  // confirmText asks in the page's confirmation dialog.
+  function confirmText(text) {
+    const dlg = $("confirm");
+    $("confirm-text").textContent = text;
+    return new Promise((resolve) => {
+      dlg.addEventListener("close", () => resolve(dlg.returnValue === "ok"), { once: true });
+      dlg.returnValue = "";
+      dlg.showModal();
+    });
+  }
+
+  // ---------------------------------------------------------------- wake-ups
+
+  // renderWakeups shows a sandbox's wake-ups from its object (each refresh
+  // of the sandbox, after a wake-up's events too, brings them again): when,
+  // the command, the next run and the last result.
+  function renderWakeups(sb) {
+    const tbody = $("wk-rows");
+    const wks = sb.wakeups || [];
+    const frag = document.createDocumentFragment();
+    for (const w of wks) frag.append(wakeupRow(w));
+    tbody.replaceChildren(frag);
+    if (!wks.length) tbody.append(el("tr", {}, el("td", { colspan: 6, class: "muted", text: "No wake-ups." })));
+    $("wk-form").hidden = sb.state === "terminated";
+  }
+
+  function wakeupRow(w) {
+    const whenText = w.wake_schedule
+      ? "cron " + w.wake_schedule + " (" + (w.time_zone || "UTC") + ")"
+      : "at " + when(w.wake_at);
+    const cmd = (w.cmd || []).length ? (w.cmd[0] === "sh" && w.cmd[1] === "-c" && w.cmd.length === 3 ? w.cmd[2] : w.cmd.join(" ")) : "—";
+    let next = "—";
+    if (w.retry_at) next = "waiting for " + (w.waiting || "room") + ", retry " + until(w.retry_at);
+    else if (w.next_at) next = when(w.next_at) + " (" + until(w.next_at) + ")";
+    return el("tr", { "data-id": w.id },
+      el("td", { class: "mono", text: w.id }),
+      el("td", { class: "when", title: w.wake_at || "", text: whenText }),
+      el("td", { class: "mono cmd", text: cmd + (w.timeout_seconds ? " (timeout " + dur(w.timeout_seconds) + ")" : "") }),
+      el("td", { class: "next", title: w.next_at || "", text: next }),
+      el("td", { class: "result" }, wakeupResult(w)),
+      el("td", {}, el("button", { type: "button", class: "danger", text: "Remove", onclick: () => removeWakeup(w.id) })));
+  }
+
+  function wakeupResult(w) {
+    const r = w.last_result;
+    if (!r) return el("span", { class: "muted", text: "not run yet" });
+    const head = [r.status];
+    if (typeof r.exit_code === "number") head.push("exit " + r.exit_code);
+    if (r.timed_out) head.push("timed out");
+    if (r.late) head.push("late");
+    if (r.woke_from) head.push("woke from " + r.woke_from);
+    head.push(ago(r.finished_at || r.started_at) + " ago");
+    const out = (r.output || "").slice(-400);
+    return el("div", { "data-status": r.status },
+      el("span", { class: "badge " + (r.status === "done" && !r.exit_code ? "running" : r.status === "running" ? "starting" : "failed"), text: r.status }), " ",
+      el("span", { class: "status", text: head.slice(1).join(" · ") }),
+      r.error ? el("div", { class: "error", text: r.error }) : null,
+      out ? el("pre", { class: "out small", text: out }) : null,
+      w.runs ? el("div", { class: "muted", text: w.runs + (w.runs === 1 ? " run" : " runs") }) : null);
+  }
+
+  function wakeupKind() {
+    const cron = $("wk-kind").value === "cron";
+    $("wk-at").hidden = cron;
+    $("wk-cron").hidden = !cron;
+    $("wk-tz").hidden = !cron;
+  }
+
+  async function addWakeup(ev) {
+    ev.preventDefault();
+    const id = st.detailId;
+    $("wk-error").textContent = "";
+    const spec = {};
+    if ($("wk-kind").value === "cron") {
+      spec.wake_schedule = $("wk-cron").value.trim();
+      const tz = $("wk-tz").value.trim();
+      if (tz) spec.time_zone = tz;
+    } else {
+      // datetime-local is the browser's local time, without a zone.
+      const t = new Date($("wk-at").value);
+      if (!$("wk-at").value || isNaN(t)) {
+        $("wk-error").textContent = "Pick a time.";
+        return;
+      }
+      spec.wake_at = t.toISOString();
+    }
+    const cmd = $("wk-cmd").value.trim();
+    if (cmd) spec.cmd = ["sh", "-c", cmd];
+    const timeout = Number($("wk-timeout").value);
+    if (timeout > 0) spec.timeout_seconds = timeout;
+    try {
+      await api("POST", sbPath(id) + "/wakeups", spec);
+      $("wk-cmd").value = "";
+      $("wk-cron").value = "";
+      $("wk-timeout").value = "";
+    } catch (e) {
+      $("wk-error").textContent = "adding the wake-up failed: " + e.message;
+    }
+    await reloadDetailSandbox(id);
+  }
+
+  async function removeWakeup(wk) {
+    const id = st.detailId;
+    $("wk-error").textContent = "";
+    try {
+      await api("DELETE", sbPath(id) + "/wakeups/" + enc(wk));
+    } catch (e) {
+      $("wk-error").textContent = "removing the wake-up failed: " + e.message;
+    }
+    await reloadDetailSandbox(id);
+  }
+
+  // reloadDetailSandbox reads the open sandbox again after a change of
+  // its wake-ups (which no event announces).
+  async function reloadDetailSandbox(id) {
+    try {
+      const sb = await api("GET", sbPath(id));
+      if (st.detailId !== id) return;
+      st.sandboxes.set(id, sb);
+      renderDetail();
+    } catch (e) {
+      $("wk-error").textContent = e.message;
+    }
+  }
+
+  function wireSecretsAndWakeups() {
+    $("s-form").addEventListener("submit", setSecret);
+    $("wk-form").addEventListener("submit", addWakeup);
+    $("wk-kind").addEventListener("change", wakeupKind);
+    try {
+      $("wk-tz").value = Intl.DateTimeFormat().resolvedOptions().timeZone || "";
+    } catch (_) { /* UTC then */ }
+  }
+
   // ---------------------------------------------------------------- wiring
 
   function wireStatic() {
@@ -1561,6 +1760,7 @@
     $("u-csv").addEventListener("click", downloadCSV);
     $("t-build-form").addEventListener("submit", buildTemplate);
     $("w-form").addEventListener("submit", addWebhook);
+    wireSecretsAndWakeups();
     setInterval(tick, 1000);
   }
 
