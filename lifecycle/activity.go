@@ -24,7 +24,9 @@ type activity struct {
 	quiets   map[string]chan struct{} // closed when a sandbox's ops reach 0
 	traffic  map[string]time.Time     // the latest activity not yet flushed
 	inflight map[string]int           // proxied requests under way
-	samples  map[string]cpuSample     // the last CPU sample the sweep took
+	// reqQuiets are closed when a sandbox's proxied requests reach 0.
+	reqQuiets map[string]chan struct{}
+	samples   map[string]cpuSample // the last CPU sample the sweep took
 }
 
 // cpuSample is a sandbox's CPU use at a moment.
@@ -38,13 +40,14 @@ const cpuWindow = 30 * time.Second
 
 func newActivity(cpuShare float64) *activity {
 	return &activity{
-		cpuShare: cpuShare,
-		ops:      map[string]int{},
-		stopping: map[string]bool{},
-		quiets:   map[string]chan struct{}{},
-		traffic:  map[string]time.Time{},
-		inflight: map[string]int{},
-		samples:  map[string]cpuSample{},
+		cpuShare:  cpuShare,
+		ops:       map[string]int{},
+		stopping:  map[string]bool{},
+		quiets:    map[string]chan struct{}{},
+		traffic:   map[string]time.Time{},
+		inflight:  map[string]int{},
+		reqQuiets: map[string]chan struct{}{},
+		samples:   map[string]cpuSample{},
 	}
 }
 
@@ -125,6 +128,10 @@ func (a *activity) noteTraffic(id string, at time.Time, inflight int) {
 	if inflight != 0 {
 		if a.inflight[id] += inflight; a.inflight[id] <= 0 {
 			delete(a.inflight, id)
+			if ch := a.reqQuiets[id]; ch != nil {
+				close(ch)
+				delete(a.reqQuiets, id)
+			}
 		}
 	}
 }
@@ -135,6 +142,22 @@ func (a *activity) requestsUnderWay(id string) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.inflight[id] > 0
+}
+
+// requestsQuiet returns a channel that is closed once no proxied request
+// to the sandbox is under way: at once when none is.
+func (a *activity) requestsQuiet(id string) <-chan struct{} {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.inflight[id] <= 0 {
+		return closedChan
+	}
+	ch := a.reqQuiets[id]
+	if ch == nil {
+		ch = make(chan struct{})
+		a.reqQuiets[id] = ch
+	}
+	return ch
 }
 
 // pendingTraffic returns the traffic noted for id and not yet flushed.

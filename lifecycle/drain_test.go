@@ -359,3 +359,57 @@ func TestAFreezeUnderWayShowsAsPausing(t *testing.T) {
 		t.Fatalf("after the pause: %s", got.State)
 	}
 }
+
+// TestStopsWaitForAProxiedRequestUnderWay: a pause, hibernation or
+// restart of a running sandbox waits for a proxied request the proxy let
+// through (under way until its answer begins) before it stops the
+// instance, so the request is not cut; past the drain timeout it goes on.
+func TestStopsWaitForAProxiedRequestUnderWay(t *testing.T) {
+	for _, v := range []struct {
+		name string
+		verb func(e *env, id string) (*torpor.Sandbox, error)
+		want torpor.State
+	}{
+		{"pause", func(e *env, id string) (*torpor.Sandbox, error) { return e.eng.Pause(ctx, "acme", id, "") }, torpor.StatePaused},
+		{"hibernate", func(e *env, id string) (*torpor.Sandbox, error) { return e.eng.Hibernate(ctx, "acme", id) }, torpor.StateHibernated},
+		{"restart", func(e *env, id string) (*torpor.Sandbox, error) { return e.eng.Restart(ctx, "acme", id) }, torpor.StateRunning},
+	} {
+		t.Run(v.name, func(t *testing.T) {
+			e := newEnv(t)
+			sb := e.create(torpor.CreateRequest{})
+			handle := e.get(sb.ID).Handle
+			e.eng.RequestStarted(sb.ID)
+			done := verbAsync(func() (*torpor.Sandbox, error) { return v.verb(e, sb.ID) })
+			notYet(t, done, "the "+v.name)
+			if st := e.host.State(sb.ID); st != torpor.InstanceRunning {
+				t.Fatalf("instance %s under a proxied request", st)
+			}
+			e.eng.RequestEnded(sb.ID)
+			if err := await(t, done, "the "+v.name); err != nil {
+				t.Fatal(err)
+			}
+			got := e.get(sb.ID)
+			if got.State != v.want || (v.name == "restart" && got.Handle == handle) {
+				t.Fatalf("after the %s: %s (handle %s, was %s)", v.name, got.State, got.Handle, handle)
+			}
+
+			// A request that never gets its answer holds it no longer than
+			// the drain timeout.
+			if v.name != "pause" {
+				return
+			}
+			if _, err := e.eng.Start(ctx, "acme", sb.ID); err != nil {
+				t.Fatal(err)
+			}
+			base := e.clock.Pending()
+			e.eng.RequestStarted(sb.ID)
+			done = verbAsync(func() (*torpor.Sandbox, error) { return v.verb(e, sb.ID) })
+			awaitDrain(t, e, base)
+			e.clock.Advance(lifecycle.DefaultDrainTimeout)
+			if err := await(t, done, "the pause past the drain timeout"); err != nil {
+				t.Fatal(err)
+			}
+			e.eng.RequestEnded(sb.ID)
+		})
+	}
+}

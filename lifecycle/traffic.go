@@ -98,6 +98,18 @@ func (e *Engine) stayForTraffic(ctx context.Context, sb *torpor.Sandbox, cause s
 	return true, e.setState(ctx, sb, torpor.StateRunning)
 }
 
+// awaitRequests is what a pause, hibernation or restart of a running
+// sandbox does once its transition is announced: it waits for the
+// proxied requests under way to get their answers started, for at most
+// the drain timeout, so that a request the proxy let through just before
+// is not cut. A request that comes after the announcement sees it (see
+// RequestStarted) and waits for the transition, then wakes the sandbox.
+// The transition is stored by then, so the wait does not end with ctx:
+// the drain timeout bounds it.
+func (e *Engine) awaitRequests(ctx context.Context, sb *torpor.Sandbox, verb string) {
+	_ = e.waitQuiet(context.WithoutCancel(ctx), sb, verb+" (proxied requests)", e.act.requestsQuiet(sb.ID))
+}
+
 // flushTraffic writes the noted traffic as activity, one write per sandbox
 // per batch.
 func (e *Engine) flushTraffic(ctx context.Context) {

@@ -127,6 +127,9 @@ func (e *Engine) pause(ctx context.Context, sb *torpor.Sandbox, mode torpor.Paus
 			}
 		}
 	}
+	if wasRunning {
+		e.awaitRequests(ctx, sb, "pause")
+	}
 	e.fail("pausing.before-runtime")
 	if err := e.stopInstance(ctx, rt, sb, mode); err != nil {
 		// Thawing a running instance is harmless; one that a failed or
@@ -387,6 +390,9 @@ func (e *Engine) coldStart(ctx context.Context, sb *torpor.Sandbox, via torpor.S
 		e.hold(sb, prev)
 		return err
 	}
+	if prev == torpor.StateRunning {
+		e.awaitRequests(ctx, sb, kind)
+	}
 	e.fail(string(via) + ".before-runtime")
 	return e.boot(ctx, sb, rt, *tmpl, evType, cause)
 }
@@ -443,6 +449,7 @@ func (e *Engine) hibernate(ctx context.Context, sb *torpor.Sandbox, cause string
 		if stay, err := e.stayForTraffic(ctx, sb, cause); stay || err != nil {
 			return err
 		}
+		e.awaitRequests(ctx, sb, "hibernate")
 	}
 	e.unwatch(sb.ID)
 	e.fail("hibernating.before-runtime")
