@@ -437,6 +437,61 @@ func TestFleetObjectStoreDown(t *testing.T) {
 	r.checkFleetLedger(b, sb.ID)
 }
 
+// TestFleetObjectStoreCutMidUpload: the object store cuts the upload of a
+// hibernated disk in the middle of its body (a few MiB of data, cut after
+// 256 KiB) and every retry at its start: the hibernation completes on its
+// node (durability node) and nothing half-written stands in for it; once
+// the store takes uploads again the retry lands (durability remote), and
+// with its node killed the sandbox starts on another node with its file
+// whole.
+func TestFleetObjectStoreCutMidUpload(t *testing.T) {
+	r := newFleetRig(t, fleetOptions{Nodes: 2})
+	a, b := r.node(1), r.node(2)
+	ctx := context.Background()
+	sb := r.create(b, torpor.CreateRequest{})
+	sum := r.sh(b, sb.ID, "mkdir -p /data && dd if=/dev/urandom of=/data/big bs=1048576 count=6 2>/dev/null && sync && md5sum /data/big")
+
+	r.s3.CutUploadsAfter(256 << 10)
+	puts := r.s3.Requests()["PUT"]
+	got, err := b.cl().Hibernate(ctx, sb.ID)
+	if err != nil || got.State != torpor.StateHibernated || got.Durability != torpor.DurabilityNode {
+		r.fatalf("hibernate with uploads cut: %+v %v", got, err)
+	}
+	// The uploader tries, is cut, and tries again.
+	deadline := time.Now().Add(60 * time.Second)
+	for r.s3.Requests()["PUT"] < puts+2 {
+		if time.Now().After(deadline) {
+			r.fatalf("the uploader did not try twice with uploads cut: %v requests", r.s3.Requests())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if got := r.get(b, sb.ID); got.State != torpor.StateHibernated || got.Durability != torpor.DurabilityNode || got.Node != "n2" {
+		r.fatalf("with its uploads cut: %s durability %s on %q, want hibernated, node, on n2", got.State, got.Durability, got.Node)
+	}
+	for _, k := range r.s3.Keys(fleetBucket) {
+		if strings.Contains(k, sb.ID) {
+			r.fatalf("a cut upload left %s in the object store", k)
+		}
+	}
+
+	r.s3.CutUploadsAfter(-1)
+	r.waitSandbox(b, sb.ID, "uploaded (durability remote)", 90*time.Second, func(sb *torpor.Sandbox) bool {
+		return sb.Durability == torpor.DurabilityRemote
+	})
+
+	b.kill()
+	r.waitNode(a, "n2", torpor.NodeDown, time.Duration(r.down)*time.Second+10*time.Second)
+	r.waitSandbox(a, sb.ID, "released", 15*time.Second, func(sb *torpor.Sandbox) bool { return sb.Node == "" })
+	moved, err := a.cl().Start(ctx, sb.ID)
+	if err != nil || moved.State != torpor.StateRunning || moved.Node != "n1" {
+		r.fatalf("start of the uploaded sandbox through n1 with n2 down: %+v %v", moved, err)
+	}
+	if got := r.sh(a, sb.ID, "md5sum /data/big"); got != sum {
+		r.fatalf("the file after the move to n1: %q, before: %q", got, sum)
+	}
+	r.checkFleetLedger(a, sb.ID)
+}
+
 // TestFleetPostgresRestart: the database restarted, then away for longer
 // than node_down_seconds, under three nodes with running and paused
 // sandboxes: afterwards every node is up again at the epoch it had and
