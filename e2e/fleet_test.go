@@ -731,3 +731,41 @@ func stateOf(sb *torpor.Sandbox) torpor.State {
 	}
 	return sb.State
 }
+
+// TestFleetGPUPlacement: a node with a (simulated) GPU host says its GPUs;
+// a create that asks for a GPU lease through a node without GPUs lands on
+// the one with them, whose heartbeat then shows the slice held; another
+// slice that does not fit in what is left is a capacity conflict, and
+// `torpor nodes` shows each node's GPUs.
+func TestFleetGPUPlacement(t *testing.T) {
+	r := newFleetRig(t, fleetOptions{Nodes: 2, Args: map[int][]string{2: {"--gpu-sim"}}})
+	a := r.node(1)
+	ctx := context.Background()
+	if g := r.nodeOf(a, "n2").GPUs; g.Count != 1 || g.Model == "" || g.VRAMMiB <= 16384 {
+		r.fatalf("n2, on a simulated GPU host, lists GPUs %+v", g)
+	}
+	if g := r.nodeOf(a, "n1").GPUs; g.Count != 0 {
+		r.fatalf("n1, without a GPU host, lists GPUs %+v", g)
+	}
+	slice := int64(16384)
+	sb := r.create(a, torpor.CreateRequest{Accel: &torpor.AccelRequest{VRAMMiB: slice}})
+	if sb.Node != "n2" || sb.State != torpor.StateRunning {
+		r.fatalf("a GPU create through n1 is %s on %q, want running on n2", sb.State, sb.Node)
+	}
+	deadline := time.Now().Add(time.Duration(r.down)*time.Second + 5*time.Second)
+	for r.nodeOf(a, "n2").GPUs.UsedVRAMMiB != slice {
+		if time.Now().After(deadline) {
+			r.fatalf("n2's heartbeat never showed its slice held: %+v", r.nodeOf(a, "n2").GPUs)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	r.settle()
+	_, err := a.cl().Create(ctx, torpor.CreateRequest{Template: "base", Accel: &torpor.AccelRequest{VRAMMiB: slice}})
+	if !torpor.IsCode(err, torpor.EConflict) {
+		r.fatalf("a second %d MiB slice with n2's VRAM taken: %v, want a capacity conflict", slice, err)
+	}
+	out, errs, code := r.cli(a, 30*time.Second, "nodes")
+	if code != 0 || !strings.Contains(out, "GPUS") || !strings.Contains(out, "(16384/") {
+		r.fatalf("torpor nodes (exit %d):\n%s%s", code, out, errs)
+	}
+}

@@ -138,7 +138,7 @@ func (c *cli) printNode(n *wire.Node) error { return c.printNodes([]wire.Node{*n
 // with a '*'.
 func (c *cli) printNodes(nodes []wire.Node) error {
 	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tSTATE\tADDRESS\tCPU\tMEM MiB\tGPUS (VRAM MiB)\tSANDBOXES R/P/H\tHEARTBEAT\tHOST")
+	fmt.Fprintln(tw, "NAME\tSTATE\tADDRESS\tCPU\tMEM MiB\tSANDBOXES R/P/H\tHEARTBEAT\tGPUS (VRAM MiB)\tHOST")
 	for _, n := range nodes {
 		name := n.Name
 		if n.Self {
@@ -156,10 +156,10 @@ func (c *cli) printNodes(nodes []wire.Node) error {
 		if host == "" {
 			host = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d/%d/%d\t%s\t%s\n", name, n.State, addr,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d/%d/%d\t%s\t%s\t%s\n", name, n.State, addr,
 			usedOf(n.Used.VCPUs, n.Capacity.VCPUs), usedOf(float64(n.Used.MemoryMiB), float64(n.Capacity.MemoryMiB)),
-			gpusString(n.GPUs), n.Sandboxes[torpor.StateRunning], n.Sandboxes[torpor.StatePaused], n.Sandboxes[torpor.StateHibernated],
-			heartbeat, host)
+			n.Sandboxes[torpor.StateRunning], n.Sandboxes[torpor.StatePaused], n.Sandboxes[torpor.StateHibernated],
+			heartbeat, gpusString(n.GPUs), host)
 	}
 	return tw.Flush()
 }

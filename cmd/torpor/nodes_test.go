@@ -12,10 +12,10 @@ import (
 )
 
 // The nodes table shows each node's state, address, CPU and memory as
-// used/capacity, its GPUs (count, model, VRAM held/all), its
-// running/paused/hibernated counts, its last heartbeat's age and its
-// host (what a VM snapshot needs to resume there); the node that
-// answered is marked.
+// used/capacity, its running/paused/hibernated counts, its last
+// heartbeat's age, its GPUs (count, model, VRAM held/all) and its host
+// (what a VM snapshot needs to resume there); the node that answered is
+// marked.
 func TestPrintNodes(t *testing.T) {
 	var out bytes.Buffer
 	c := &cli{stdout: &out}
@@ -30,9 +30,9 @@ func TestPrintNodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `NAME  STATE     ADDRESS        CPU    MEM MiB     GPUS (VRAM MiB)       SANDBOXES R/P/H  HEARTBEAT  HOST
-a *   up        10.0.0.1:7070  0.3/8  1024/16384  2 H100 (4096/163840)  3/1/2            2s ago     vm: qemu 9.0
-b     draining  -              0/-    0/-         -                     0/0/0            -          -
+	want := `NAME  STATE     ADDRESS        CPU    MEM MiB     SANDBOXES R/P/H  HEARTBEAT  GPUS (VRAM MiB)       HOST
+a *   up        10.0.0.1:7070  0.3/8  1024/16384  3/1/2            2s ago     2 H100 (4096/163840)  vm: qemu 9.0
+b     draining  -              0/-    0/-         0/0/0            -          -                     -
 `
 	if out.String() != want {
 		t.Fatalf("got\n%s\nwant\n%s", out.String(), want)
