@@ -1105,8 +1105,8 @@ func (e *Engine) PlaceCreate(ctx context.Context, req torpor.CreateRequest) (Rou
 	return Route{Local: true}, nil // the local create refuses with the node's own figures
 }
 
-// Nodes lists the fleet's nodes by name, this one's use as of now
-// (outside a fleet: none).
+// Nodes lists the fleet's nodes by name, this one's use (and its GPU
+// leases' VRAM) as of now (outside a fleet: none).
 func (e *Engine) Nodes(ctx context.Context) ([]torpor.Node, error) {
 	if e.fleet == nil {
 		return nil, nil
@@ -1118,6 +1118,7 @@ func (e *Engine) Nodes(ctx context.Context) ([]torpor.Node, error) {
 	for i := range nodes {
 		if nodes[i].Name == e.node {
 			nodes[i].Used = e.used()
+			nodes[i].GPUs.UsedVRAMMiB = e.heldVRAM()
 		}
 	}
 	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
