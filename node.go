@@ -44,6 +44,9 @@ type Node struct {
 	// hold of it (as of its last heartbeat).
 	Capacity Resources `json:"capacity"`
 	Used     Resources `json:"used"`
+	// GPUs is its GPU host's capacity (Count 0: it has none), and what
+	// the leases of its GPU sandboxes hold of it as of its last heartbeat.
+	GPUs NodeGPUs `json:"gpus"`
 	// Sandboxes counts its sandboxes by state (filled in by ListNodes).
 	Sandboxes map[State]int `json:"sandboxes"`
 	State     NodeState     `json:"state"`
@@ -58,6 +61,24 @@ type Node struct {
 	Epoch       int64     `json:"epoch"`
 	JoinedAt    time.Time `json:"joined_at"`
 	HeartbeatAt time.Time `json:"heartbeat_at"`
+}
+
+// NodeGPUs is a node's GPUs: how many, of which model, their VRAM in
+// all, and how much of it the VRAM slices of its GPU leases hold (those
+// that hold a seat: a spilled lease's slice is free for another). A
+// create that asks for a GPU lease (accel) is placed only on a node with
+// at least the GPUs it asks for and its slice free (docs/fleet.md).
+type NodeGPUs struct {
+	Count       int    `json:"count"`
+	Model       string `json:"model,omitempty"`
+	VRAMMiB     int64  `json:"vram_mib"`
+	UsedVRAMMiB int64  `json:"used_vram_mib"`
+}
+
+// Fits reports whether g has gpus GPUs and vramMiB of VRAM free, less
+// what else is on its way to it (pending MiB).
+func (g NodeGPUs) Fits(gpus int, vramMiB, pending int64) bool {
+	return gpus <= g.Count && g.UsedVRAMMiB+pending+vramMiB <= g.VRAMMiB
 }
 
 // Durability says where a sandbox's kept state (disk, memory snapshot)
@@ -128,18 +149,19 @@ func Moved(id, node string) *Error {
 // nodes' clocks need not agree.
 type NodeStore interface {
 	// JoinNode registers n (Name, Instance, addresses, labels, runtimes,
-	// host, capacity) as up and returns its epoch: the one it had while
+	// host, capacity, GPUs) as up and returns its epoch: the one it had while
 	// it was never declared down, a new one when it was (or is new). A
 	// node that is not down and joined with another Instance refuses the
 	// join (NodeInUse); an empty Instance matches any. From then on the
 	// store fences the sandbox writes of this store handle with that
 	// node, epoch and instance (see Fenced).
 	JoinNode(ctx context.Context, n Node) (epoch int64, err error)
-	// Heartbeat records that the node is alive now, with what it uses;
+	// Heartbeat records that the node is alive now, with what it uses
+	// (and the VRAM its GPU leases hold, NodeGPUs.UsedVRAMMiB);
 	// a node declared down (another epoch), or taken by another instance
 	// than the one this handle joined as, gets Fenced. It returns the
 	// node's state (up, or draining when someone asked for a drain).
-	Heartbeat(ctx context.Context, name string, epoch int64, used Resources) (NodeState, error)
+	Heartbeat(ctx context.Context, name string, epoch int64, used Resources, usedVRAMMiB int64) (NodeState, error)
 	// ListNodes returns every node, by name, with its sandbox counts.
 	ListNodes(ctx context.Context) ([]Node, error)
 	// SetNodeState sets an up node draining or a draining one up; a

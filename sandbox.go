@@ -144,9 +144,10 @@ type Sandbox struct {
 	FromPool bool `json:"from_pool"`
 	// Node is the fleet node that owns the sandbox, the only one that acts
 	// on it, and NodeEpoch that node's epoch when it took it (a node acts
-	// only while both are its own). Empty: no node holds it (a hibernated
-	// sandbox whose state is in the object store, which any node may
-	// start).
+	// only while both are its own). Empty: no node holds it (its state
+	// is in the object store: a hibernated disk, which a node with room,
+	// its node labels and its GPUs may start, or a VM snapshot, which only
+	// a node of the same Host may resume).
 	Node      string `json:"node"`
 	NodeEpoch int64  `json:"node_epoch"`
 	// NodeLabels are the labels its create asked of its node: a node

@@ -437,6 +437,61 @@ func TestFleetObjectStoreDown(t *testing.T) {
 	r.checkFleetLedger(b, sb.ID)
 }
 
+// TestFleetObjectStoreCutMidUpload: the object store cuts the upload of a
+// hibernated disk in the middle of its body (a few MiB of data, cut after
+// 256 KiB) and every retry at its start: the hibernation completes on its
+// node (durability node) and nothing half-written stands in for it; once
+// the store takes uploads again the retry lands (durability remote), and
+// with its node killed the sandbox starts on another node with its file
+// whole.
+func TestFleetObjectStoreCutMidUpload(t *testing.T) {
+	r := newFleetRig(t, fleetOptions{Nodes: 2})
+	a, b := r.node(1), r.node(2)
+	ctx := context.Background()
+	sb := r.create(b, torpor.CreateRequest{})
+	sum := r.sh(b, sb.ID, "mkdir -p /data && dd if=/dev/urandom of=/data/big bs=1048576 count=6 2>/dev/null && sync && md5sum /data/big")
+
+	r.s3.CutUploadsAfter(256 << 10)
+	puts := r.s3.Requests()["PUT"]
+	got, err := b.cl().Hibernate(ctx, sb.ID)
+	if err != nil || got.State != torpor.StateHibernated || got.Durability != torpor.DurabilityNode {
+		r.fatalf("hibernate with uploads cut: %+v %v", got, err)
+	}
+	// The uploader tries, is cut, and tries again.
+	deadline := time.Now().Add(60 * time.Second)
+	for r.s3.Requests()["PUT"] < puts+2 {
+		if time.Now().After(deadline) {
+			r.fatalf("the uploader did not try twice with uploads cut: %v requests", r.s3.Requests())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if got := r.get(b, sb.ID); got.State != torpor.StateHibernated || got.Durability != torpor.DurabilityNode || got.Node != "n2" {
+		r.fatalf("with its uploads cut: %s durability %s on %q, want hibernated, node, on n2", got.State, got.Durability, got.Node)
+	}
+	for _, k := range r.s3.Keys(fleetBucket) {
+		if strings.Contains(k, sb.ID) {
+			r.fatalf("a cut upload left %s in the object store", k)
+		}
+	}
+
+	r.s3.CutUploadsAfter(-1)
+	r.waitSandbox(b, sb.ID, "uploaded (durability remote)", 90*time.Second, func(sb *torpor.Sandbox) bool {
+		return sb.Durability == torpor.DurabilityRemote
+	})
+
+	b.kill()
+	r.waitNode(a, "n2", torpor.NodeDown, time.Duration(r.down)*time.Second+10*time.Second)
+	r.waitSandbox(a, sb.ID, "released", 15*time.Second, func(sb *torpor.Sandbox) bool { return sb.Node == "" })
+	moved, err := a.cl().Start(ctx, sb.ID)
+	if err != nil || moved.State != torpor.StateRunning || moved.Node != "n1" {
+		r.fatalf("start of the uploaded sandbox through n1 with n2 down: %+v %v", moved, err)
+	}
+	if got := r.sh(a, sb.ID, "md5sum /data/big"); got != sum {
+		r.fatalf("the file after the move to n1: %q, before: %q", got, sum)
+	}
+	r.checkFleetLedger(a, sb.ID)
+}
+
 // TestFleetPostgresRestart: the database restarted, then away for longer
 // than node_down_seconds, under three nodes with running and paused
 // sandboxes: afterwards every node is up again at the epoch it had and
@@ -675,4 +730,42 @@ func stateOf(sb *torpor.Sandbox) torpor.State {
 		return ""
 	}
 	return sb.State
+}
+
+// TestFleetGPUPlacement: a node with a (simulated) GPU host says its GPUs;
+// a create that asks for a GPU lease through a node without GPUs lands on
+// the one with them, whose heartbeat then shows the slice held; another
+// slice that does not fit in what is left is a capacity conflict, and
+// `torpor nodes` shows each node's GPUs.
+func TestFleetGPUPlacement(t *testing.T) {
+	r := newFleetRig(t, fleetOptions{Nodes: 2, Args: map[int][]string{2: {"--gpu-sim"}}})
+	a := r.node(1)
+	ctx := context.Background()
+	if g := r.nodeOf(a, "n2").GPUs; g.Count != 1 || g.Model == "" || g.VRAMMiB <= 16384 {
+		r.fatalf("n2, on a simulated GPU host, lists GPUs %+v", g)
+	}
+	if g := r.nodeOf(a, "n1").GPUs; g.Count != 0 {
+		r.fatalf("n1, without a GPU host, lists GPUs %+v", g)
+	}
+	slice := int64(16384)
+	sb := r.create(a, torpor.CreateRequest{Accel: &torpor.AccelRequest{VRAMMiB: slice}})
+	if sb.Node != "n2" || sb.State != torpor.StateRunning {
+		r.fatalf("a GPU create through n1 is %s on %q, want running on n2", sb.State, sb.Node)
+	}
+	deadline := time.Now().Add(time.Duration(r.down)*time.Second + 5*time.Second)
+	for r.nodeOf(a, "n2").GPUs.UsedVRAMMiB != slice {
+		if time.Now().After(deadline) {
+			r.fatalf("n2's heartbeat never showed its slice held: %+v", r.nodeOf(a, "n2").GPUs)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	r.settle()
+	_, err := a.cl().Create(ctx, torpor.CreateRequest{Template: "base", Accel: &torpor.AccelRequest{VRAMMiB: slice}})
+	if !torpor.IsCode(err, torpor.EConflict) {
+		r.fatalf("a second %d MiB slice with n2's VRAM taken: %v, want a capacity conflict", slice, err)
+	}
+	out, errs, code := r.cli(a, 30*time.Second, "nodes")
+	if code != 0 || !strings.Contains(out, "GPUS") || !strings.Contains(out, "(16384/") {
+		r.fatalf("torpor nodes (exit %d):\n%s%s", code, out, errs)
+	}
 }

@@ -247,7 +247,7 @@ func New(cfg Config) (*Engine, error) {
 		}
 		e.node = cfg.Fleet.Self.Name
 		e.fleet = &fleet{cfg: *cfg.Fleet, nodes: map[string]torpor.Node{}, placed: map[string]torpor.Resources{},
-			state: torpor.NodeUp, uploadFail: map[string]backoff{}, uploadWake: make(chan struct{}, 1)}
+			placedVRAM: map[string]int64{}, state: torpor.NodeUp, uploadFail: map[string]backoff{}, uploadWake: make(chan struct{}, 1)}
 	}
 	e.bg, e.stopBG = context.WithCancel(context.Background())
 	e.sched = newScheduler(e.clock, e.sweep)

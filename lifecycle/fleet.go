@@ -89,7 +89,12 @@ type fleet struct {
 	// node sent to each since then, so that a burst of creates spreads.
 	nodes  map[string]torpor.Node
 	placed map[string]torpor.Resources
-	state  torpor.NodeState
+	// placedVRAM is the VRAM of the GPU creates this node sent each node
+	// since the last listing, as placed is of their resources.
+	placedVRAM map[string]int64
+	// gpus is this node's GPU host as it said at its join (Count 0: none).
+	gpus  torpor.NodeGPUs
+	state torpor.NodeState
 	// draining is set while the drain loop runs.
 	draining bool
 	// uploadFail backs off a sandbox's failing uploads: when to try next
@@ -252,6 +257,9 @@ func (e *Engine) join(ctx context.Context) ([]torpor.Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fleet: list nodes: %w", err)
 	}
+	if err := e.learnGPUs(ctx); err != nil {
+		return nil, err
+	}
 	self := e.selfNode()
 	sent := monoNow()
 	epoch, err := f.cfg.Nodes.JoinNode(ctx, self)
@@ -317,7 +325,75 @@ func (e *Engine) selfNode() torpor.Node {
 	n.Capacity = torpor.Resources{VCPUs: e.ledger.cap.VCPUs, MemoryMiB: e.ledger.cap.MemoryMiB}
 	n.Used = e.used()
 	n.Host = e.snapshotHost()
+	f := e.fleet
+	f.mu.Lock()
+	n.GPUs = f.gpus
+	f.mu.Unlock()
+	n.GPUs.UsedVRAMMiB = e.heldVRAM()
 	return n
+}
+
+// learnGPUs asks the GPU lease manager what GPUs this node has, for the
+// node to say at its join (placement sends a GPU create only to a node
+// with GPUs free: pickHost).
+func (e *Engine) learnGPUs(ctx context.Context) error {
+	if e.gpu == nil {
+		return nil
+	}
+	c, err := e.gpu.Capacity(ctx)
+	if err != nil {
+		return fmt.Errorf("fleet: describe the GPU host: %w", err)
+	}
+	f := e.fleet
+	f.mu.Lock()
+	f.gpus = torpor.NodeGPUs{Count: c.Count, Model: c.Model, VRAMMiB: c.TotalMiB}
+	f.mu.Unlock()
+	return nil
+}
+
+// heldVRAM is the VRAM this node's GPU leases hold (see NodeGPUs).
+func (e *Engine) heldVRAM() int64 {
+	if e.gpu == nil {
+		return 0
+	}
+	return e.gpu.HeldVRAMMiB()
+}
+
+// gpuNeed is what a sandbox asks of a node's GPUs: none (zero), or gpus
+// GPUs and a VRAM slice.
+type gpuNeed struct {
+	gpus    int
+	vramMiB int64
+}
+
+// needOf is what a sandbox with accel a needs of a node's GPUs.
+func needOf(a *torpor.Accel) gpuNeed {
+	if a == nil {
+		return gpuNeed{}
+	}
+	return gpuNeed{gpus: max(a.GPUs, 1), vramMiB: a.VRAMMiB}
+}
+
+// needOfRequest is needOf for a create's accel, not validated yet (the
+// create validates it: a bad one asks for nothing here).
+func needOfRequest(a *torpor.AccelRequest) gpuNeed {
+	if a == nil || a.GPUs < 0 || a.VRAMMiB <= 0 {
+		return gpuNeed{}
+	}
+	return gpuNeed{gpus: max(a.GPUs, 1), vramMiB: a.VRAMMiB}
+}
+
+// gpuFits reports whether this node's GPUs have room for need now.
+func (e *Engine) gpuFits(need gpuNeed) bool {
+	if need.gpus == 0 {
+		return true
+	}
+	f := e.fleet
+	f.mu.Lock()
+	g := f.gpus
+	f.mu.Unlock()
+	g.UsedVRAMMiB = e.heldVRAM()
+	return g.Fits(need.gpus, need.vramMiB, 0)
 }
 
 // used is what this node's sandboxes hold.
@@ -383,7 +459,7 @@ func (e *Engine) heartbeat(ctx context.Context) {
 		return
 	}
 	sent := monoNow()
-	st, err := f.cfg.Nodes.Heartbeat(ctx, e.node, f.epoch.Load(), e.used())
+	st, err := f.cfg.Nodes.Heartbeat(ctx, e.node, f.epoch.Load(), e.used(), e.heldVRAM())
 	switch {
 	case err == nil:
 		f.leaseUntil.Store(sent + int64(f.downAfter()*3/4))
@@ -451,7 +527,16 @@ func (e *Engine) admitCreate(req torpor.CreateRequest) error {
 	if !hasLabels(f.cfg.Self.Labels, req.NodeLabels) {
 		return torpor.Invalid("node_labels", "node %s does not have the labels %v", e.node, req.NodeLabels)
 	}
+	if need := needOfRequest(req.Accel); !e.gpuFits(need) {
+		return gpuFull(fmt.Sprintf("node %s has no %d GPU(s) with %d MiB of VRAM free", e.node, need.gpus, need.vramMiB))
+	}
 	return nil
+}
+
+// gpuFull is the capacity conflict of a GPU create no node has room for.
+func gpuFull(msg string) error {
+	return &torpor.Error{Code: torpor.EConflict, Reason: "capacity", RetryAfter: 5 * time.Second,
+		Message: msg + "; retry later, or pause or hibernate GPU sandboxes (a spilled lease frees its slice)"}
 }
 
 func isFenced(err error) bool {
@@ -491,6 +576,7 @@ func (e *Engine) refreshNodes(ctx context.Context) error {
 	f.mu.Lock()
 	f.nodes = m
 	f.placed = map[string]torpor.Resources{}
+	f.placedVRAM = map[string]int64{}
 	f.mu.Unlock()
 	return nil
 }
@@ -801,8 +887,10 @@ func (e *Engine) Route(ctx context.Context, tenant, id string) (Route, error) {
 		labelled := hasLabels(e.fleet.cfg.Self.Labels, sb.NodeLabels)
 		host := remoteHost(sb)
 		compatible := host == "" || host == e.snapshotHost()
-		if e.draining() || !e.fits(sb.Resources) || !labelled || !compatible {
-			if n, ok := e.pickHost(sb.Runtime.Kind, sb.NodeLabels, host, sb.Resources, true); ok {
+		need := needOf(sb.Accel)
+		gpus := e.gpuFits(need)
+		if e.draining() || !e.fits(sb.Resources) || !labelled || !compatible || !gpus {
+			if n, ok := e.pickHost(sb.Runtime.Kind, sb.NodeLabels, host, sb.Resources, need, true); ok {
 				return Route{Node: n}, nil
 			}
 		}
@@ -813,6 +901,10 @@ func (e *Engine) Route(ctx context.Context, tenant, id string) (Route, error) {
 		if !compatible {
 			return Route{}, &torpor.Error{Code: torpor.EUnavailable, RetryAfter: 5 * time.Second,
 				Message: fmt.Sprintf("sandbox %s is a VM snapshot made on a host of %q; no up node with room is one", id, host)}
+		}
+		if !gpus {
+			return Route{}, &torpor.Error{Code: torpor.EUnavailable, RetryAfter: 5 * time.Second,
+				Message: fmt.Sprintf("sandbox %s asks for %d GPU(s) with %d MiB of VRAM; no up node with room has them free", id, need.gpus, need.vramMiB)}
 		}
 	}
 	if tenant == "" {
@@ -855,15 +947,16 @@ func (e *Engine) fits(r torpor.Resources) bool {
 const localSlack = 0.1
 
 // pick chooses the up node (this one included, unless others) that runs
-// kind ("" : the default), has every label, room for r, and the largest
-// free fraction of its memory, counting what this node sent it since the
-// last listing (this node's own use is its live one, with localSlack).
-func (e *Engine) pick(kind string, labels map[string]string, r torpor.Resources, others bool) (torpor.Node, bool) {
-	return e.pickHost(kind, labels, "", r, others)
+// kind ("" : the default), has every label, room for r, GPUs with room
+// for need (when it asks for any), and the largest free fraction of its
+// memory, counting what this node sent it since the last listing (this
+// node's own use is its live one, with localSlack).
+func (e *Engine) pick(kind string, labels map[string]string, r torpor.Resources, need gpuNeed, others bool) (torpor.Node, bool) {
+	return e.pickHost(kind, labels, "", r, need, others)
 }
 
 // pickHost is pick among the nodes whose Host is host (any: "").
-func (e *Engine) pickHost(kind string, labels map[string]string, host string, r torpor.Resources, others bool) (torpor.Node, bool) {
+func (e *Engine) pickHost(kind string, labels map[string]string, host string, r torpor.Resources, need gpuNeed, others bool) (torpor.Node, bool) {
 	draining := e.draining()
 	f := e.fleet
 	f.mu.Lock()
@@ -898,6 +991,16 @@ func (e *Engine) pickHost(kind string, labels map[string]string, host string, r 
 		if (n.Capacity.VCPUs > 0 && freeCPU+1e-9 < r.VCPUs) || (n.Capacity.MemoryMiB > 0 && freeMem+1e-9 < float64(r.MemoryMiB)) {
 			continue
 		}
+		if need.gpus > 0 {
+			g := n.GPUs
+			if name == e.node {
+				g = f.gpus
+				g.UsedVRAMMiB = e.heldVRAM()
+			}
+			if !g.Fits(need.gpus, need.vramMiB, f.placedVRAM[name]) {
+				continue
+			}
+		}
 		free := 1.0
 		if n.Capacity.MemoryMiB > 0 {
 			free = freeMem / float64(n.Capacity.MemoryMiB)
@@ -919,7 +1022,28 @@ func (e *Engine) pickHost(kind string, labels map[string]string, host string, r 
 	p.VCPUs += r.VCPUs
 	p.MemoryMiB += r.MemoryMiB
 	f.placed[best.Name] = p
+	f.placedVRAM[best.Name] += need.vramMiB
 	return best, true
+}
+
+// anyGPUNode reports whether an up node (this one included) runs kind,
+// has the labels and at least need's GPUs, free or not.
+func (e *Engine) anyGPUNode(kind string, labels map[string]string, need gpuNeed) bool {
+	f := e.fleet
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for name, n := range f.nodes {
+		g := n.GPUs
+		if name == e.node {
+			g = f.gpus
+		} else if n.State != torpor.NodeUp {
+			continue
+		}
+		if (kind == "" || slices.Contains(n.Runtimes, kind)) && hasLabels(n.Labels, labels) && g.Count >= need.gpus {
+			return true
+		}
+	}
+	return false
 }
 
 func hasLabels(have, want map[string]string) bool {
@@ -954,16 +1078,25 @@ func (e *Engine) PlaceCreate(ctx context.Context, req torpor.CreateRequest) (Rou
 	// This node is a candidate when it can make the create at all (the
 	// runtime kind named or the isolation asked for).
 	_, rerr := e.runtimeFor(req.Isolation, req.Runtime.Kind)
-	if n, ok := e.pick(kind, req.NodeLabels, res, rerr != nil); ok {
+	need := needOfRequest(req.Accel)
+	if n, ok := e.pick(kind, req.NodeLabels, res, need, rerr != nil); ok {
 		if n.Name == e.node {
 			return Route{Local: true}, nil
 		}
 		return Route{Node: n}, nil
 	}
 	if len(req.NodeLabels) > 0 {
-		if _, ok := e.pick(kind, req.NodeLabels, torpor.Resources{}, false); !ok {
+		if _, ok := e.pick(kind, req.NodeLabels, torpor.Resources{}, gpuNeed{}, false); !ok {
 			return Route{}, torpor.Invalid("node_labels", "no up node has the labels %v", req.NodeLabels)
 		}
+	}
+	if need.gpus > 0 {
+		// A GPU create never lands on a node without GPUs free: none has
+		// as many GPUs (invalid), or those that do have no room now.
+		if !e.anyGPUNode(kind, req.NodeLabels, need) {
+			return Route{}, torpor.Invalid("accel", "no up node has %d GPU(s)", need.gpus)
+		}
+		return Route{}, gpuFull(fmt.Sprintf("no up node with %d GPU(s) has %d MiB of VRAM free and room for the sandbox", need.gpus, need.vramMiB))
 	}
 	if draining {
 		return Route{}, &torpor.Error{Code: torpor.EConflict, Reason: "capacity", RetryAfter: 2 * time.Second,
@@ -972,8 +1105,8 @@ func (e *Engine) PlaceCreate(ctx context.Context, req torpor.CreateRequest) (Rou
 	return Route{Local: true}, nil // the local create refuses with the node's own figures
 }
 
-// Nodes lists the fleet's nodes by name, this one's use as of now
-// (outside a fleet: none).
+// Nodes lists the fleet's nodes by name, this one's use (and its GPU
+// leases' VRAM) as of now (outside a fleet: none).
 func (e *Engine) Nodes(ctx context.Context) ([]torpor.Node, error) {
 	if e.fleet == nil {
 		return nil, nil
@@ -985,6 +1118,7 @@ func (e *Engine) Nodes(ctx context.Context) ([]torpor.Node, error) {
 	for i := range nodes {
 		if nodes[i].Name == e.node {
 			nodes[i].Used = e.used()
+			nodes[i].GPUs.UsedVRAMMiB = e.heldVRAM()
 		}
 	}
 	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
@@ -1079,7 +1213,7 @@ func (e *Engine) drainOne(ctx context.Context, sb *torpor.Sandbox) {
 		return
 	}
 	if sb.State == torpor.StatePaused && e.snapshotArchiver(sb) != nil {
-		if _, ok := e.pickHost(sb.Runtime.Kind, sb.NodeLabels, e.snapshotHost(), torpor.Resources{}, true); ok {
+		if _, ok := e.pickHost(sb.Runtime.Kind, sb.NodeLabels, e.snapshotHost(), torpor.Resources{}, gpuNeed{}, true); ok {
 			// Its snapshot moves, memory and all, for a node of this host
 			// to resume it where it stopped.
 			if err := e.upload(ctx, sb.ID); err != nil {
@@ -1122,7 +1256,7 @@ func (e *Engine) drainOne(ctx context.Context, sb *torpor.Sandbox) {
 	if err != nil {
 		return
 	}
-	n, ok := e.pick(cur.Runtime.Kind, cur.NodeLabels, cur.Resources, true)
+	n, ok := e.pick(cur.Runtime.Kind, cur.NodeLabels, cur.Resources, needOf(cur.Accel), true)
 	if !ok {
 		e.log.Warn("fleet: drain: no node has room to start a moved sandbox; it stays hibernated", "sandbox", sb.ID)
 		return

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/torpor-dev/torpor"
+	"github.com/torpor-dev/torpor/gpu"
+	"github.com/torpor-dev/torpor/gpu/sim"
 	"github.com/torpor-dev/torpor/lifecycle"
 	"github.com/torpor-dev/torpor/objstore"
 	"github.com/torpor-dev/torpor/runtime/fake"
@@ -35,6 +37,8 @@ type fleetEnv struct {
 	labels map[string]map[string]string
 	// settle is the nodes' SettleEvery (0: the default).
 	settle time.Duration
+	// gpus are the nodes' simulated GPU hosts, by name (none when absent).
+	gpus map[string]*sim.Host
 }
 
 type fleetNode struct {
@@ -78,7 +82,7 @@ func (f *fleetEnv) startWith(name string, cp lifecycle.Capacity, host *fake.Host
 		host = fake.NewHost()
 		host.FilesDir = f.t.TempDir()
 	}
-	eng, err := lifecycle.New(lifecycle.Config{
+	cfg := lifecycle.Config{
 		Store:    st,
 		Runtimes: []torpor.Runtime{fake.New(host)},
 		Capacity: cp,
@@ -86,7 +90,19 @@ func (f *fleetEnv) startWith(name string, cp lifecycle.Capacity, host *fake.Host
 		Fleet: &lifecycle.FleetConfig{Nodes: st, Self: torpor.Node{Name: name, Address: name + ":7070", Labels: f.labels[name]},
 			DownAfter: f.down, Objects: f.objects, StartOn: startOn},
 		SettleEvery: f.settle,
-	})
+	}
+	if gh := f.gpus[name]; gh != nil {
+		mgr, err := gpu.NewManager(gpu.Options{Host: gh, Worker: gh, Clock: torpor.SystemClock{}, Store: st, Flagger: st})
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		cfg.GPU = mgr
+		cfg.GPUAttach = func(ctx context.Context, sb *torpor.Sandbox) (string, int, []int, error) {
+			group := "sandbox:" + sb.ID
+			return group, gh.StartWorker(group, 0, 300), []int{0}, nil
+		}
+	}
+	eng, err := lifecycle.New(cfg)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -379,6 +395,93 @@ func TestFleetPlacement(t *testing.T) {
 		t.Fatalf("labels no node has: %v, want invalid_argument", err)
 	}
 	_ = b
+}
+
+// nodeNamed is what n lists of node name.
+func nodeNamed(t *testing.T, n *fleetNode, name string) torpor.Node {
+	t.Helper()
+	nodes, err := n.eng.Nodes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range nodes {
+		if x.Name == name {
+			return x
+		}
+	}
+	return torpor.Node{}
+}
+
+// TestFleetGPUPlacement: each node says its GPUs (count, model, VRAM) and,
+// with its heartbeat, what its GPU leases hold of them; a create that asks
+// for a GPU lease goes only to a node with GPUs that has its VRAM slice
+// free, never to one without GPUs; when every GPU node is full it is a
+// retriable capacity conflict, and more GPUs than any node has is
+// invalid. A lease that ends (hibernate) frees its slice for the next.
+func TestFleetGPUPlacement(t *testing.T) {
+	f := newFleetEnv(t)
+	f.gpus = map[string]*sim.Host{"b": sim.New(sim.Options{DeviceMiB: []int64{16384}, Model: "L4"})}
+	a := f.start("a", lifecycle.Capacity{}, nil)
+	b := f.start("b", lifecycle.Capacity{}, nil)
+	f.eventually("a knows b", func() bool { return nodeState(t, a, "b") == torpor.NodeUp })
+	if g := nodeNamed(t, a, "b").GPUs; g != (torpor.NodeGPUs{Count: 1, Model: "L4", VRAMMiB: 16384}) {
+		t.Fatalf("b lists its GPUs as %+v, want one L4 of 16384 MiB, none used", g)
+	}
+	if g := nodeNamed(t, b, "a").GPUs; g != (torpor.NodeGPUs{}) {
+		t.Fatalf("a, which has no GPU host, lists GPUs %+v", g)
+	}
+	gpuReq := torpor.CreateRequest{Template: "base", Accel: &torpor.AccelRequest{VRAMMiB: 12288}}
+	f.eventually("a's listing of b", func() bool {
+		r, err := a.eng.PlaceCreate(ctx, gpuReq)
+		return err == nil && !r.Local && r.Node.Name == "b"
+	})
+	// A create without accel stays on the node asked.
+	if r, err := a.eng.PlaceCreate(ctx, torpor.CreateRequest{Template: "base"}); err != nil || !r.Local {
+		t.Fatalf("a plain create through a goes to %+v (%v), want a", r, err)
+	}
+	sb, err := b.eng.Create(ctx, "acme", gpuReq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb.State != torpor.StateRunning || sb.GPU == nil {
+		t.Fatalf("the GPU sandbox on b is %s with lease %v", sb.State, sb.GPU)
+	}
+	f.eventually("b's heartbeat shows its held VRAM", func() bool { return nodeNamed(t, a, "b").GPUs.UsedVRAMMiB == 12288 })
+
+	// b has 4 GiB left: another 12 GiB slice fits nowhere, whoever asks.
+	for _, n := range []*fleetNode{a, b} {
+		f.eventually(n.name+"'s listing of b's use", func() bool {
+			_, err := n.eng.PlaceCreate(ctx, gpuReq)
+			return err != nil
+		})
+		_, err := n.eng.PlaceCreate(ctx, gpuReq)
+		var te *torpor.Error
+		if !errors.As(err, &te) || te.Code != torpor.EConflict || te.Reason != "capacity" || te.RetryAfter <= 0 {
+			t.Fatalf("a GPU create through %s with every GPU full: %v, want a capacity conflict with Retry-After", n.name, err)
+		}
+	}
+	// b itself refuses one sent to it (another front's stale figures).
+	if _, err := b.eng.Create(ctx, "acme", gpuReq); !torpor.IsCode(err, torpor.EConflict) {
+		t.Fatalf("a GPU create on b with its VRAM taken: %v, want a capacity conflict", err)
+	}
+	// A small slice still fits on b.
+	small := torpor.CreateRequest{Template: "base", Accel: &torpor.AccelRequest{VRAMMiB: 2048}}
+	f.eventually("a 2 GiB slice placed on b", func() bool {
+		r, err := a.eng.PlaceCreate(ctx, small)
+		return err == nil && r.Node.Name == "b"
+	})
+	two := torpor.CreateRequest{Template: "base", Accel: &torpor.AccelRequest{GPUs: 2, VRAMMiB: 1024}}
+	if _, err := a.eng.PlaceCreate(ctx, two); !torpor.IsCode(err, torpor.EInvalid) {
+		t.Fatalf("two GPUs, which no node has: %v, want invalid_argument", err)
+	}
+
+	// Hibernating the GPU sandbox ends its lease: its slice is free again.
+	must(b.eng.Hibernate(ctx, "acme", sb.ID))
+	f.eventually("b's heartbeat shows its VRAM free", func() bool { return nodeNamed(t, a, "b").GPUs.UsedVRAMMiB == 0 })
+	f.eventually("a places a GPU create on b again", func() bool {
+		r, err := a.eng.PlaceCreate(ctx, gpuReq)
+		return err == nil && r.Node.Name == "b"
+	})
 }
 
 // TestFleetDrain: a draining node hibernates, uploads and lets go of its

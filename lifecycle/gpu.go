@@ -24,6 +24,11 @@ type GPULeases interface {
 	Status(id string) (gpu.Status, error)
 	Adopt(ctx context.Context, rec gpu.Record) (gpu.Status, error)
 	Tick(ctx context.Context) gpu.TickReport
+	// Capacity describes the host's GPUs and HeldVRAMMiB what the leases
+	// that hold a seat take of their VRAM (a fleet node reports both, for
+	// placement: fleet.go).
+	Capacity(ctx context.Context) (gpu.Capacity, error)
+	HeldVRAMMiB() int64
 }
 
 // GPUAttacher places a booted GPU sandbox's lease on the host: the group

@@ -138,7 +138,7 @@ func (c *cli) printNode(n *wire.Node) error { return c.printNodes([]wire.Node{*n
 // with a '*'.
 func (c *cli) printNodes(nodes []wire.Node) error {
 	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tSTATE\tADDRESS\tCPU\tMEM MiB\tSANDBOXES R/P/H\tHEARTBEAT")
+	fmt.Fprintln(tw, "NAME\tSTATE\tADDRESS\tCPU\tMEM MiB\tSANDBOXES R/P/H\tHEARTBEAT\tGPUS (VRAM MiB)\tHOST")
 	for _, n := range nodes {
 		name := n.Name
 		if n.Self {
@@ -152,12 +152,29 @@ func (c *cli) printNodes(nodes []wire.Node) error {
 		if !n.HeartbeatAt.IsZero() {
 			heartbeat = ago(n.HeartbeatAt)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d/%d/%d\t%s\n", name, n.State, addr,
+		host := n.Host
+		if host == "" {
+			host = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d/%d/%d\t%s\t%s\t%s\n", name, n.State, addr,
 			usedOf(n.Used.VCPUs, n.Capacity.VCPUs), usedOf(float64(n.Used.MemoryMiB), float64(n.Capacity.MemoryMiB)),
 			n.Sandboxes[torpor.StateRunning], n.Sandboxes[torpor.StatePaused], n.Sandboxes[torpor.StateHibernated],
-			heartbeat)
+			heartbeat, gpusString(n.GPUs), host)
 	}
 	return tw.Flush()
+}
+
+// gpusString shows a node's GPUs as count and model, and the VRAM its GPU
+// leases hold of all of it, e.g. "2 H100 (4096/163840)"; "-" for none.
+func gpusString(g torpor.NodeGPUs) string {
+	if g.Count == 0 {
+		return "-"
+	}
+	model := ""
+	if g.Model != "" {
+		model = " " + g.Model
+	}
+	return fmt.Sprintf("%d%s (%d/%d)", g.Count, model, g.UsedVRAMMiB, g.VRAMMiB)
 }
 
 // statusLine is one line of a long verb's progress on stderr that each
@@ -203,14 +220,33 @@ func (s *statusLine) end() {
 }
 
 // nodeString names the node that owns a sandbox, with its epoch then;
-// one that no node owns has its state in the object store, where any node
-// may start it.
+// one that no node owns has its state in the object store, where a node
+// that fits it takes it: one with room, its node labels and its GPUs, and
+// for a VM snapshot one of the host that made it.
 func nodeString(sb *torpor.Sandbox) string {
 	switch {
 	case sb.Node != "":
 		return fmt.Sprintf("%s (epoch %d)", sb.Node, sb.NodeEpoch)
+	case sb.Durability == torpor.DurabilityRemote && sb.Remote != nil && sb.Remote.Host != "":
+		return fmt.Sprintf("none: its VM snapshot is in the object store; the next request resumes it on a node of the same host (%s) with room", sb.Remote.Host)
 	case sb.Durability == torpor.DurabilityRemote:
-		return "none: its state is in the object store, where any node may start it"
+		return "none: its disk is in the object store; the next request starts it on a node with room" + fitsString(sb)
 	}
 	return "-"
+}
+
+// fitsString says what else a released sandbox asks of the node that
+// starts it: its create's node labels and GPUs.
+func fitsString(sb *torpor.Sandbox) string {
+	var parts []string
+	if len(sb.NodeLabels) > 0 {
+		parts = append(parts, "its node labels")
+	}
+	if sb.Accel != nil {
+		parts = append(parts, fmt.Sprintf("%d GPU(s) with %d MiB of VRAM free", max(sb.Accel.GPUs, 1), sb.Accel.VRAMMiB))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " and " + strings.Join(parts, " and ")
 }

@@ -12,8 +12,10 @@ import (
 )
 
 // The nodes table shows each node's state, address, CPU and memory as
-// used/capacity, its running/paused/hibernated counts and its last
-// heartbeat's age; the node that answered is marked.
+// used/capacity, its running/paused/hibernated counts, its last
+// heartbeat's age, its GPUs (count, model, VRAM held/all) and its host
+// (what a VM snapshot needs to resume there); the node that answered is
+// marked.
 func TestPrintNodes(t *testing.T) {
 	var out bytes.Buffer
 	c := &cli{stdout: &out}
@@ -21,15 +23,16 @@ func TestPrintNodes(t *testing.T) {
 	err := c.printNodes([]wire.Node{
 		wire.NewNode(torpor.Node{Name: "a", Address: "10.0.0.1:7070", State: torpor.NodeUp, HeartbeatAt: now.Add(-2 * time.Second),
 			Capacity: torpor.Resources{VCPUs: 8, MemoryMiB: 16384}, Used: torpor.Resources{VCPUs: 0.1 + 0.2, MemoryMiB: 1024},
-			Sandboxes: map[torpor.State]int{torpor.StateRunning: 3, torpor.StatePaused: 1, torpor.StateHibernated: 2}}, true),
+			Sandboxes: map[torpor.State]int{torpor.StateRunning: 3, torpor.StatePaused: 1, torpor.StateHibernated: 2},
+			GPUs:      torpor.NodeGPUs{Count: 2, Model: "H100", VRAMMiB: 163840, UsedVRAMMiB: 4096}, Host: "vm: qemu 9.0"}, true),
 		wire.NewNode(torpor.Node{Name: "b", State: torpor.NodeDraining}, false),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `NAME  STATE     ADDRESS        CPU    MEM MiB     SANDBOXES R/P/H  HEARTBEAT
-a *   up        10.0.0.1:7070  0.3/8  1024/16384  3/1/2            2s ago
-b     draining  -              0/-    0/-         0/0/0            -
+	want := `NAME  STATE     ADDRESS        CPU    MEM MiB     SANDBOXES R/P/H  HEARTBEAT  GPUS (VRAM MiB)       HOST
+a *   up        10.0.0.1:7070  0.3/8  1024/16384  3/1/2            2s ago     2 H100 (4096/163840)  vm: qemu 9.0
+b     draining  -              0/-    0/-         0/0/0            -          -                     -
 `
 	if out.String() != want {
 		t.Fatalf("got\n%s\nwant\n%s", out.String(), want)
@@ -67,6 +70,26 @@ func TestHeldString(t *testing.T) {
 	}
 	if got := heldString(map[torpor.State]int{torpor.StateFailed: 1}); got != "no sandboxes" {
 		t.Fatalf("got %q", got)
+	}
+}
+
+// A released sandbox says where it may start: a disk on any node with
+// room (and its labels and GPUs), a VM snapshot only on its host.
+func TestNodeStringOfReleased(t *testing.T) {
+	disk := &torpor.Sandbox{Durability: torpor.DurabilityRemote, Remote: &torpor.RemoteState{}}
+	if got := nodeString(disk); got != "none: its disk is in the object store; the next request starts it on a node with room" {
+		t.Errorf("a released disk: %q", got)
+	}
+	disk.Accel = &torpor.Accel{GPUs: 1, VRAMMiB: 4096}
+	if got := nodeString(disk); !strings.HasSuffix(got, "with room and 1 GPU(s) with 4096 MiB of VRAM free") {
+		t.Errorf("a released GPU sandbox: %q", got)
+	}
+	snap := &torpor.Sandbox{State: torpor.StatePaused, Durability: torpor.DurabilityRemote, Remote: &torpor.RemoteState{Host: "vm: qemu 9.0"}}
+	if got := nodeString(snap); !strings.Contains(got, "a node of the same host (vm: qemu 9.0)") || strings.Contains(got, "any node") {
+		t.Errorf("a released VM snapshot: %q", got)
+	}
+	if got := nodeString(&torpor.Sandbox{Node: "n1", NodeEpoch: 3}); got != "n1 (epoch 3)" {
+		t.Errorf("an owned sandbox: %q", got)
 	}
 }
 

@@ -34,7 +34,12 @@ type Options struct {
 	HardCap bool
 	// DeviceMiB is each device's memory; default one 24 GiB device.
 	DeviceMiB []int64
+	// Model is every device's model (default SimModel).
+	Model string
 }
+
+// SimModel is a simulated device's model unless Options says another.
+const SimModel = "torpor simulated GPU"
 
 // ErrChildKilled is what checkpointing a non-worker process returns: the
 // process died (as cuda-checkpoint's rc=1 on a job child did).
@@ -44,6 +49,7 @@ var ErrChildKilled = errors.New("cuda-checkpoint rc=1: the process died")
 type Host struct {
 	mu         sync.Mutex
 	hardCap    bool
+	model      string
 	devices    []int64
 	procs      map[int]*proc
 	nextPID    int
@@ -77,12 +83,27 @@ func New(o Options) *Host {
 	if len(devs) == 0 {
 		devs = []int64{24576}
 	}
-	return &Host{hardCap: o.HardCap, devices: append([]int64(nil), devs...), procs: map[int]*proc{}, nextPID: 1000,
+	model := o.Model
+	if model == "" {
+		model = SimModel
+	}
+	return &Host{hardCap: o.HardCap, model: model, devices: append([]int64(nil), devs...), procs: map[int]*proc{}, nextPID: 1000,
 		stopErr: map[int]error{}, restoreErr: map[int]error{}, ckptErr: map[int]error{}}
 }
 
 func (h *Host) logf(format string, args ...any) {
 	h.log = append(h.log, fmt.Sprintf(format, args...))
+}
+
+// Devices lists the simulated devices (gpu.Inventory).
+func (h *Host) Devices(context.Context) ([]gpu.Device, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]gpu.Device, len(h.devices))
+	for i, total := range h.devices {
+		out[i] = gpu.Device{Index: i, Model: h.model, TotalMiB: total}
+	}
+	return out, nil
 }
 
 // StartWorker starts a lease's worker in group on device, holding baseMiB

@@ -205,7 +205,7 @@ func TestLockTakenWhileAway(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	_, err = a.Heartbeat(ctx, "node-a", epoch, torpor.Resources{})
+	_, err = a.Heartbeat(ctx, "node-a", epoch, torpor.Resources{}, 0)
 	wantFencedErr(t, err, "the first daemon's heartbeat")
 	wantFencedErr(t, a.MarkSeen(ctx, time.Now(), sb.ID), "the first daemon's MarkSeen")
 	wantFencedErr(t, a.CreateSandbox(ctx, &torpor.Sandbox{ID: "sb_2", Tenant: "acme", State: torpor.StateRunning, CreatedAt: time.Now().UTC()}),

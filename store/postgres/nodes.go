@@ -111,13 +111,13 @@ func (s *Store) JoinNode(ctx context.Context, n torpor.Node) (int64, error) {
 }
 
 // Heartbeat records that node name, at epoch, is alive now (by the
-// database's clock) and uses used. Where this handle joined as the node,
-// the node must still be its instance's.
-func (s *Store) Heartbeat(ctx context.Context, name string, epoch int64, used torpor.Resources) (torpor.NodeState, error) {
+// database's clock) and uses used (and usedVRAMMiB of its GPUs). Where
+// this handle joined as the node, the node must still be its instance's.
+func (s *Store) Heartbeat(ctx context.Context, name string, epoch int64, used torpor.Resources, usedVRAMMiB int64) (torpor.NodeState, error) {
 	if err := s.lockLost(); err != nil {
 		return "", err
 	}
-	u, err := sqlite.EncodeResources(used)
+	u, err := sqlite.EncodeNodeUse(used, usedVRAMMiB)
 	if err != nil {
 		return "", fmt.Errorf("postgres store: %w", err)
 	}

@@ -53,9 +53,11 @@ func (nr *NodeRow) Node() (torpor.Node, error) {
 	return n, decodeNode(&n, nr.record, nr.used)
 }
 
-// EncodeResources returns the stored JSON form of r (a node's used
-// column).
-func EncodeResources(r torpor.Resources) (string, error) { return encodeResources(r) }
+// EncodeNodeUse returns the stored JSON form of a node's used column:
+// what its sandboxes use (r) and the VRAM its GPU leases hold.
+func EncodeNodeUse(r torpor.Resources, gpuVRAMMiB int64) (string, error) {
+	return encodeNodeUse(r, gpuVRAMMiB)
+}
 
 // EncodeTemplateRecord returns the stored JSON form of the parts of t that
 // are not columns.

@@ -44,20 +44,42 @@ const nodeInstanceSchema = `ALTER TABLE nodes ADD COLUMN instance TEXT NOT NULL 
 var _ torpor.NodeStore = (*Store)(nil)
 
 // nodeRecord is the stored JSON form of the parts of a Node that are not
-// columns. Like sandboxRecord it is the store's own format.
+// columns. Like sandboxRecord it is the store's own format. GPUs came
+// after the table did: a record without them (a node that joined before,
+// or has no GPU host) reads as none, so they need no migration.
 type nodeRecord struct {
 	Labels   map[string]string `json:"labels"`
 	Runtimes []string          `json:"runtimes"`
 	Capacity resourcesRecord   `json:"capacity"`
+	GPUs     *nodeGPUsRecord   `json:"gpus,omitempty"`
+}
+
+// nodeGPUsRecord is a node's GPU capacity (torpor.NodeGPUs less what is
+// used, which goes in the used column).
+type nodeGPUsRecord struct {
+	Count   int    `json:"count"`
+	Model   string `json:"model,omitempty"`
+	VRAMMiB int64  `json:"vram_mib"`
+}
+
+// nodeUseRecord is the used column: what the node's sandboxes hold, and
+// the VRAM its GPU leases hold (absent in a row from before: none).
+type nodeUseRecord struct {
+	resourcesRecord
+	GPUVRAMMiB int64 `json:"gpu_vram_mib,omitempty"`
 }
 
 // encodeNode returns the record and used columns of n.
 func encodeNode(n torpor.Node) (record, used string, err error) {
-	b, err := json.Marshal(nodeRecord{Labels: n.Labels, Runtimes: n.Runtimes, Capacity: resourcesRecord(n.Capacity)})
+	r := nodeRecord{Labels: n.Labels, Runtimes: n.Runtimes, Capacity: resourcesRecord(n.Capacity)}
+	if g := n.GPUs; g.Count > 0 {
+		r.GPUs = &nodeGPUsRecord{Count: g.Count, Model: g.Model, VRAMMiB: g.VRAMMiB}
+	}
+	b, err := json.Marshal(r)
 	if err != nil {
 		return "", "", fmt.Errorf("encode node %q: %w", n.Name, err)
 	}
-	if used, err = encodeResources(n.Used); err != nil {
+	if used, err = encodeNodeUse(n.Used, n.GPUs.UsedVRAMMiB); err != nil {
 		return "", "", err
 	}
 	return string(b), used, nil
@@ -70,28 +92,27 @@ func decodeNode(n *torpor.Node, record, used string) error {
 		return fmt.Errorf("node %q: bad record: %w", n.Name, err)
 	}
 	n.Labels, n.Runtimes, n.Capacity = r.Labels, r.Runtimes, torpor.Resources(r.Capacity)
-	u, err := decodeResources(used)
-	if err != nil {
-		return fmt.Errorf("node %q: %w", n.Name, err)
+	n.GPUs = torpor.NodeGPUs{}
+	if g := r.GPUs; g != nil {
+		n.GPUs = torpor.NodeGPUs{Count: g.Count, Model: g.Model, VRAMMiB: g.VRAMMiB}
 	}
-	n.Used = u
+	var u nodeUseRecord
+	if err := json.Unmarshal([]byte(used), &u); err != nil {
+		return fmt.Errorf("node %q: bad resources: %w", n.Name, err)
+	}
+	n.Used = torpor.Resources(u.resourcesRecord)
+	n.GPUs.UsedVRAMMiB = u.GPUVRAMMiB
 	return nil
 }
 
-func encodeResources(r torpor.Resources) (string, error) {
-	b, err := json.Marshal(resourcesRecord(r))
+// encodeNodeUse returns the used column of a node that uses r, and whose
+// GPU leases hold gpuVRAMMiB.
+func encodeNodeUse(r torpor.Resources, gpuVRAMMiB int64) (string, error) {
+	b, err := json.Marshal(nodeUseRecord{resourcesRecord: resourcesRecord(r), GPUVRAMMiB: gpuVRAMMiB})
 	if err != nil {
 		return "", fmt.Errorf("encode resources: %w", err)
 	}
 	return string(b), nil
-}
-
-func decodeResources(data string) (torpor.Resources, error) {
-	var r resourcesRecord
-	if err := json.Unmarshal([]byte(data), &r); err != nil {
-		return torpor.Resources{}, fmt.Errorf("bad resources: %w", err)
-	}
-	return torpor.Resources(r), nil
 }
 
 // Fence is the node a store handle writes sandboxes as, once it joined
@@ -186,11 +207,11 @@ func (s *Store) JoinNode(ctx context.Context, n torpor.Node) (int64, error) {
 	return epoch, nil
 }
 
-// Heartbeat records that node name, at epoch, is alive now and uses used.
-// Where this handle joined as the node, the node must still be its
-// instance's.
-func (s *Store) Heartbeat(ctx context.Context, name string, epoch int64, used torpor.Resources) (torpor.NodeState, error) {
-	u, err := encodeResources(used)
+// Heartbeat records that node name, at epoch, is alive now and uses used
+// (and usedVRAMMiB of its GPUs). Where this handle joined as the node,
+// the node must still be its instance's.
+func (s *Store) Heartbeat(ctx context.Context, name string, epoch int64, used torpor.Resources, usedVRAMMiB int64) (torpor.NodeState, error) {
+	u, err := encodeNodeUse(used, usedVRAMMiB)
 	if err != nil {
 		return "", err
 	}

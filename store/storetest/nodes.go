@@ -53,6 +53,7 @@ func fleetNode(name string) torpor.Node {
 		Runtimes:     []string{"runc", "vm"},
 		Host:         "qemu-9.0/linux-6.8",
 		Capacity:     torpor.Resources{VCPUs: 15.5, MemoryMiB: 64 << 10, Pids: 100000, DiskMiB: 1 << 20},
+		GPUs:         torpor.NodeGPUs{Count: 2, Model: "NVIDIA H100 80GB HBM3", VRAMMiB: 2 * 81559, UsedVRAMMiB: 4096},
 	}
 }
 
@@ -164,6 +165,12 @@ func testRejoinKeepsEpoch(t *testing.T, h *harness) {
 	if !got.JoinedAt.After(first.JoinedAt) {
 		t.Errorf("JoinedAt %s after a rejoin, want later than %s", got.JoinedAt, first.JoinedAt)
 	}
+	// A node whose GPU host went away says so when it joins again.
+	n.GPUs = torpor.NodeGPUs{}
+	h.join(s, n)
+	if got := h.listNodes()["node-a"].GPUs; got != (torpor.NodeGPUs{}) {
+		t.Errorf("a node that rejoined without GPUs lists %+v, want none", got)
+	}
 }
 
 // A daemon of another data dir (another instance: a cloned host) under the
@@ -215,13 +222,13 @@ func testJoinOtherInstance(t *testing.T, h *harness) {
 		t.Errorf("after the other instance joined, the node is %s at %q from instance %q", n.State, n.Address, n.Instance)
 	}
 	for _, e := range []int64{1, epoch} {
-		_, err := ns.Heartbeat(ctx, "node-a", e, torpor.Resources{})
+		_, err := ns.Heartbeat(ctx, "node-a", e, torpor.Resources{}, 0)
 		wantFenced(t, err, fmt.Sprintf("the first instance's heartbeat at epoch %d", e))
 	}
 	if _, err := ns.JoinNode(ctx, mine); !torpor.IsCode(err, torpor.EConflict) {
 		t.Errorf("the first instance's join once the other runs the node: %v, want a conflict", err)
 	}
-	if st, err := h.nodes(b).Heartbeat(ctx, "node-a", epoch, torpor.Resources{}); err != nil || st != torpor.NodeUp {
+	if st, err := h.nodes(b).Heartbeat(ctx, "node-a", epoch, torpor.Resources{}, 0); err != nil || st != torpor.NodeUp {
 		t.Errorf("the other instance's heartbeat = %s, %v; want up", st, err)
 	}
 }
@@ -233,7 +240,7 @@ func testHeartbeat(t *testing.T, h *harness) {
 	joined := h.listNodes()["node-a"]
 	time.Sleep(2 * time.Millisecond)
 	used := torpor.Resources{VCPUs: 2.5, MemoryMiB: 3072, Pids: 77, DiskMiB: 4096}
-	st, err := h.nodes(h.s).Heartbeat(t.Context(), "node-a", epoch, used)
+	st, err := h.nodes(h.s).Heartbeat(t.Context(), "node-a", epoch, used, 24576)
 	if err != nil || st != torpor.NodeUp {
 		t.Fatalf("Heartbeat = %q, %v; want up", st, err)
 	}
@@ -243,8 +250,11 @@ func testHeartbeat(t *testing.T, h *harness) {
 	}
 	recent(t, "HeartbeatAt", got.HeartbeatAt)
 	checkSame(t, "Used", got.Used, used)
+	wantGPUs := fleetNode("node-a").GPUs
+	wantGPUs.UsedVRAMMiB = 24576
+	checkSame(t, "GPUs", got.GPUs, wantGPUs)
 
-	if _, err := h.nodes(h.s).Heartbeat(t.Context(), "node-x", 1, used); !torpor.IsCode(err, torpor.ENotFound) {
+	if _, err := h.nodes(h.s).Heartbeat(t.Context(), "node-x", 1, used, 0); !torpor.IsCode(err, torpor.ENotFound) {
 		t.Errorf("Heartbeat of a node that never joined: %v, want not_found", err)
 	}
 }
@@ -262,7 +272,7 @@ func testSetNodeState(t *testing.T, h *harness) {
 		if got := h.listNodes()["node-a"].State; got != st {
 			t.Fatalf("state after SetNodeState(%s) = %s", st, got)
 		}
-		if got, err := ns.Heartbeat(ctx, "node-a", epoch, torpor.Resources{}); err != nil || got != st {
+		if got, err := ns.Heartbeat(ctx, "node-a", epoch, torpor.Resources{}, 0); err != nil || got != st {
 			t.Fatalf("Heartbeat after SetNodeState(%s) = %s, %v", st, got, err)
 		}
 	}
@@ -302,7 +312,7 @@ func testDeclareDownStale(t *testing.T, h *harness) {
 			t.Fatal(err)
 		}
 		used := torpor.Resources{VCPUs: 1, MemoryMiB: 512}
-		if _, err := ns.Heartbeat(ctx, stale, staleEpoch, used); err != nil {
+		if _, err := ns.Heartbeat(ctx, stale, staleEpoch, used, 0); err != nil {
 			t.Fatal(err)
 		}
 		before := h.listNodes()[stale]
@@ -358,7 +368,7 @@ func testDownFenced(t *testing.T, h *harness) {
 		t.Fatalf("DeclareDown(0) = %q, want node-a", names(down))
 	}
 	for _, e := range []int64{old, old + 1} {
-		_, err := ns.Heartbeat(ctx, "node-a", e, torpor.Resources{})
+		_, err := ns.Heartbeat(ctx, "node-a", e, torpor.Resources{}, 0)
 		wantFenced(t, err, fmt.Sprintf("Heartbeat of a down node at epoch %d", e))
 	}
 	if n := h.listNodes()["node-a"]; n.State != torpor.NodeDown {
@@ -371,10 +381,10 @@ func testDownFenced(t *testing.T, h *harness) {
 	if n := h.listNodes()["node-a"]; n.State != torpor.NodeUp || n.Epoch != epoch {
 		t.Errorf("after the rejoin the node is %s at %d, want up at %d", n.State, n.Epoch, epoch)
 	}
-	if st, err := ns.Heartbeat(ctx, "node-a", epoch, torpor.Resources{}); err != nil || st != torpor.NodeUp {
+	if st, err := ns.Heartbeat(ctx, "node-a", epoch, torpor.Resources{}, 0); err != nil || st != torpor.NodeUp {
 		t.Errorf("Heartbeat at the new epoch = %s, %v; want up", st, err)
 	}
-	_, err := ns.Heartbeat(ctx, "node-a", old, torpor.Resources{})
+	_, err := ns.Heartbeat(ctx, "node-a", old, torpor.Resources{}, 0)
 	wantFenced(t, err, "Heartbeat at the old epoch after the rejoin")
 }
 
