@@ -2,6 +2,8 @@ package runtimetest
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
@@ -24,10 +26,12 @@ var buildInit = sync.OnceValues(func() (string, error) {
 			return "", fmt.Errorf("needs the go tool to build the init binary: %w", err)
 		}
 	}
-	// One stable path per user: repeated runs overwrite it instead of
-	// leaving binaries behind. A running sandbox keeps the file it
-	// bind-mounted even when the path gets a new one.
-	dir := filepath.Join(os.TempDir(), fmt.Sprintf("torpor-test-init-%d", os.Getuid()))
+	// One stable path per user and checkout: repeated runs overwrite it
+	// instead of leaving binaries behind, and tests of two checkouts
+	// (worktrees) at once do not run each other's build. A running
+	// sandbox keeps the file it bind-mounted even when the path gets a
+	// new one.
+	dir := filepath.Join(os.TempDir(), fmt.Sprintf("torpor-test-init-%d-%s", os.Getuid(), checkoutTag()))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
@@ -67,4 +71,21 @@ func BuildInit(t testing.TB) string {
 		t.Fatalf("build the init binary: %v", err)
 	}
 	return p
+}
+
+// checkoutTag names the checkout the test runs in: a short hash of the
+// directory of the go.mod above the working directory.
+func checkoutTag() string {
+	dir, _ := os.Getwd()
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			dir = d
+			break
+		}
+		if filepath.Dir(d) == d {
+			break
+		}
+	}
+	sum := sha256.Sum256([]byte(dir))
+	return hex.EncodeToString(sum[:4])
 }
