@@ -64,3 +64,50 @@ func TestScheduledWakeup(t *testing.T) {
 		t.Fatalf("after --clear: %+v", sb.Wakeups)
 	}
 }
+
+// TestMissedWakeupOfAHibernatedSandbox: a one-off wake-up of a hibernated
+// sandbox whose time passes while the daemon is down runs once when the
+// daemon is back: the sandbox boots on its kept disk (woke from
+// hibernated), runs the command, keeps its result, and hibernates again
+// by its own policy.
+func TestMissedWakeupOfAHibernatedSandbox(t *testing.T) {
+	needs(t)
+	bin, dataDir := torporBin(t), t.TempDir()
+	d := startDaemon(t, bin, dataDir)
+	id := strings.TrimSpace(d.ok("create", "--hibernate-after", "2"))
+	d.ok("exec", id, "--", "sh", "-c", "echo kept > /root/mark")
+	d.ok("hibernate", id)
+	at := time.Now().Add(3 * time.Second)
+	d.ok("schedule", id, "--at", at.UTC().Format(time.RFC3339Nano), "--", "sh", "-c", "cat /root/mark; echo woke")
+	d.stop()
+	time.Sleep(time.Until(at) + time.Second)
+
+	d = startDaemon(t, bin, dataDir)
+	deadline := time.Now().Add(45 * time.Second)
+	var sb *torpor.Sandbox
+	var r *torpor.WakeupResult
+	for {
+		sb = d.get(id)
+		if r = sb.Wakeups[0].LastResult; r != nil && r.Status != torpor.WakeupRunning {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the missed wake-up did not run: %+v\n%s", sb.Wakeups[0], d.logs.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if r.Status != torpor.WakeupDone || r.ExitCode == nil || *r.ExitCode != 0 || r.Output != "kept\nwoke\n" || r.WokeFrom != torpor.StateHibernated {
+		t.Fatalf("result %+v", r)
+	}
+	if sb.Wakeups[0].Runs != 1 || sb.Wakeups[0].NextAt != nil {
+		t.Fatalf("a missed one-off after its run: %+v", sb.Wakeups[0])
+	}
+	d.waitState(id, torpor.StateHibernated)
+	if got := d.get(id).Wakeups[0]; got.Runs != 1 {
+		t.Fatalf("the wake-up ran %d times", got.Runs)
+	}
+	evs := d.ok("events", id)
+	if n := strings.Count(evs, "sandbox.wakeup_done"); n != 1 {
+		t.Fatalf("%d wakeup_done events, want 1:\n%s", n, evs)
+	}
+}
