@@ -27,8 +27,6 @@ type crash struct{ at string }
 type envStore interface {
 	torpor.Store
 	torpor.SecretStore
-	gpulease.Store
-	gpulease.Flagger
 	KeyFlags(ctx context.Context, keyID string) ([]gpulease.Flag, error)
 	ListGPUUsage(ctx context.Context, leaseID string) ([]gpulease.UsageRow, error)
 	Close() error
