@@ -10,20 +10,38 @@ import (
 
 	"github.com/torpor-dev/torpor"
 	"github.com/torpor-dev/torpor/clocktest"
+	"github.com/torpor-dev/torpor/gpu/gpulease"
 	"github.com/torpor-dev/torpor/lifecycle"
 	"github.com/torpor-dev/torpor/runtime/fake"
+	"github.com/torpor-dev/torpor/store/postgres"
+	"github.com/torpor-dev/torpor/store/postgres/pgtest"
 	"github.com/torpor-dev/torpor/store/sqlite"
 )
 
 // crash is what a failpoint panics with to model the daemon dying there.
 type crash struct{ at string }
 
+// envStore is what the tests use of a store: the engine's, its secrets,
+// its GPU rows and flags, and Close, which the SQLite and PostgreSQL
+// stores both have.
+type envStore interface {
+	torpor.Store
+	torpor.SecretStore
+	KeyFlags(ctx context.Context, keyID string) ([]gpulease.Flag, error)
+	ListGPUUsage(ctx context.Context, leaseID string) ([]gpulease.UsageRow, error)
+	Close() error
+}
+
 type env struct {
 	t     *testing.T
-	store *sqlite.Store
-	host  *fake.Host
-	clock *clocktest.Clock
-	eng   *lifecycle.Engine
+	store envStore
+	// reopen, when set, opens the store anew at each restart after closing
+	// the old handle, as a daemon that died takes its connections and file
+	// handles with it (the crash tests, on each store).
+	reopen func() (envStore, error)
+	host   *fake.Host
+	clock  *clocktest.Clock
+	eng    *lifecycle.Engine
 	// crashAt makes the engine "die" at that failpoint.
 	crashAt string
 	opts    []func(*lifecycle.Config)
@@ -31,16 +49,58 @@ type env struct {
 
 func newEnv(t *testing.T, opts ...func(*lifecycle.Config)) *env {
 	t.Helper()
-	ctx := context.Background()
-	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "torpor.db"))
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "torpor.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	return newEnvWith(t, st, nil, opts...)
+}
+
+// storeKinds are the stores the crash tests run against.
+var storeKinds = []string{"sqlite", "postgres"}
+
+// eachStore runs fn as a subtest per store kind. The PostgreSQL one skips,
+// naming what is missing, where PostgreSQL 15 is not installed (pgtest).
+func eachStore(t *testing.T, fn func(t *testing.T, kind string)) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) { fn(t, kind) })
+	}
+}
+
+// newEnvOn is newEnv on a store of the kind given: "sqlite", a file of
+// the test's own, or "postgres", a database of the test's own on the
+// test binary's PostgreSQL server (skipping the test where there is
+// none). Each restart closes the store and opens it again, as a daemon
+// restarted after a crash does.
+func newEnvOn(t *testing.T, kind string, opts ...func(*lifecycle.Config)) *env {
+	t.Helper()
+	var open func() (envStore, error)
+	switch kind {
+	case "sqlite":
+		path := filepath.Join(t.TempDir(), "torpor.db")
+		open = func() (envStore, error) { return sqlite.Open(context.Background(), path) }
+	case "postgres":
+		// As the daemon opens it (daemon/store.go): the database is its own.
+		o := postgres.Options{URL: pgtest.NewDatabase(t), KeyDir: t.TempDir(), Exclusive: true}
+		open = func() (envStore, error) { return postgres.Open(context.Background(), o) }
+	default:
+		t.Fatalf("no store kind %q", kind)
+	}
+	st, err := open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newEnvWith(t, st, open, opts...)
+}
+
+func newEnvWith(t *testing.T, st envStore, reopen func() (envStore, error), opts ...func(*lifecycle.Config)) *env {
+	t.Helper()
+	ctx := context.Background()
 	t.Cleanup(func() { st.Close() })
 	if err := st.PutTemplate(ctx, torpor.Template{Name: "base", RootFS: "/nonexistent", CreatedAt: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, store: st, host: fake.NewHost(), clock: clocktest.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)), opts: opts}
+	e := &env{t: t, store: st, reopen: reopen, host: fake.NewHost(), clock: clocktest.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)), opts: opts}
 	e.restart()
 	return e
 }
@@ -50,6 +110,15 @@ func (e *env) restart() {
 	e.t.Helper()
 	if e.eng != nil {
 		e.eng.Close()
+	}
+	if e.reopen != nil && e.eng != nil {
+		e.store.Close()
+		st, err := e.reopen()
+		if err != nil {
+			e.t.Fatalf("reopening the store: %v", err)
+		}
+		e.store = st
+		e.t.Cleanup(func() { st.Close() })
 	}
 	cfg := lifecycle.Config{
 		Store:    e.store,
@@ -371,7 +440,8 @@ func TestExecCountsAsActivityAndChecksInput(t *testing.T) {
 // persisting the end, for each verb; a new engine must reach a true state.
 // A pause by freeze and a resume from one store nothing before the
 // runtime acts, so a crash before their one write leaves the sandbox as
-// it was recorded, its instance put back to match.
+// it was recorded, its instance put back to match. It runs on each store
+// (SQLite and PostgreSQL), the store reopened at each restart.
 func TestCrashMidTransitionReconciles(t *testing.T) {
 	cases := []struct {
 		verb     string
@@ -393,27 +463,29 @@ func TestCrashMidTransitionReconciles(t *testing.T) {
 		{"delete", nil, func(e *env, id string) { e.eng.Delete(ctx, "acme", id) }, "terminating.before-runtime", torpor.StateTerminated, torpor.InstanceMissing},
 		{"delete", nil, func(e *env, id string) { e.eng.Delete(ctx, "acme", id) }, "terminating.after-runtime", torpor.StateTerminated, torpor.InstanceMissing},
 	}
-	for _, c := range cases {
-		t.Run(c.point, func(t *testing.T) {
-			e := newEnv(t)
-			id := e.create(torpor.CreateRequest{}).ID
-			if c.setup != nil {
-				c.setup(e, id)
-			}
-			e.crashing(c.point, func() { c.do(e, id) })
-			e.restart()
-			got := e.get(id)
-			if got.State != c.want {
-				t.Fatalf("after restart: %s, want %s", got.State, c.want)
-			}
-			if inst := e.host.State(id); inst != c.instance {
-				t.Fatalf("instance %s, want %s", inst, c.instance)
-			}
-			if c.want == torpor.StateTerminated && e.host.HasDisk(id) {
-				t.Fatal("the disk of a deleted sandbox was left behind")
-			}
-		})
-	}
+	eachStore(t, func(t *testing.T, kind string) {
+		for _, c := range cases {
+			t.Run(c.point, func(t *testing.T) {
+				e := newEnvOn(t, kind)
+				id := e.create(torpor.CreateRequest{}).ID
+				if c.setup != nil {
+					c.setup(e, id)
+				}
+				e.crashing(c.point, func() { c.do(e, id) })
+				e.restart()
+				got := e.get(id)
+				if got.State != c.want {
+					t.Fatalf("after restart: %s, want %s", got.State, c.want)
+				}
+				if inst := e.host.State(id); inst != c.instance {
+					t.Fatalf("instance %s, want %s", inst, c.instance)
+				}
+				if c.want == torpor.StateTerminated && e.host.HasDisk(id) {
+					t.Fatal("the disk of a deleted sandbox was left behind")
+				}
+			})
+		}
+	})
 }
 
 func TestCrashDuringCreateFinishesTheBoot(t *testing.T) {

@@ -3,6 +3,7 @@ package lifecycle_test
 import (
 	"context"
 	"errors"
+	"os"
 	"slices"
 	"sync"
 	"testing"
@@ -189,54 +190,76 @@ func TestCrashAtEveryFailpoint(t *testing.T) {
 		}
 	}
 	crashed := map[string]bool{}
+	var names []string
 	for _, p := range crashPaths {
 		for _, c := range p.points {
 			crashed[c.at] = true
-			t.Run(p.name+"/"+c.at, func(t *testing.T) {
-				e := newEnv(t, record)
-				id := ""
-				if p.from != nil {
-					id = p.from(e)
-				}
-				e.clock.Advance(time.Second)
-				known := e.ids()
-				e.crashing(c.at, func() { p.do(e, id) })
-				e.clock.Advance(time.Second)
-				e.restart()
-				if id == "" {
-					id = e.newID(known)
-				}
-				if c.want == "" {
-					if id != "" {
-						t.Fatalf("a crash at %s left sandbox %s", c.at, id)
-					}
-					return
-				}
-				if id == "" {
-					t.Fatalf("a crash at %s lost the sandbox", c.at)
-				}
-				// What the restart set going (watchers of instances) has a
-				// moment to act: the state must hold, not only be reached.
-				time.Sleep(20 * time.Millisecond)
-				sb := e.get(id)
-				if sb.State != c.want {
-					t.Fatalf("after a crash at %s: %s, want %s", c.at, sb.State, c.want)
-				}
-				e.checkHeld(sb)
-				e.clock.Advance(time.Second)
-				e.checkLedger(id)
-				// It goes on: the next transition works, and its ledger
-				// still holds.
-				if sb.State != torpor.StateTerminated {
-					if _, err := e.eng.Delete(ctx, "acme", id); err != nil {
-						t.Fatal(err)
-					}
-					e.checkHeld(e.get(id))
-					e.checkLedger(id)
-				}
-			})
+			names = append(names, p.name+"/"+c.at)
 		}
 	}
+	for _, name := range pgCrashPoints {
+		if !slices.Contains(names, name) {
+			t.Errorf("pgCrashPoints names %s, which is no case of the matrix", name)
+		}
+	}
+	eachStore(t, func(t *testing.T, kind string) {
+		ran := 0
+		defer func() {
+			t.Logf("%d of the matrix's %d cases ran (%s=1 runs every one on PostgreSQL)", ran, len(names), soakEnv)
+		}()
+		for _, p := range crashPaths {
+			for _, c := range p.points {
+				name := p.name + "/" + c.at
+				if !crashPointRuns(kind, name) {
+					continue
+				}
+				ran++
+				t.Run(name, func(t *testing.T) {
+					e := newEnvOn(t, kind, record)
+					id := ""
+					if p.from != nil {
+						id = p.from(e)
+					}
+					e.clock.Advance(time.Second)
+					known := e.ids()
+					e.crashing(c.at, func() { p.do(e, id) })
+					e.clock.Advance(time.Second)
+					e.restart()
+					if id == "" {
+						id = e.newID(known)
+					}
+					if c.want == "" {
+						if id != "" {
+							t.Fatalf("a crash at %s left sandbox %s", c.at, id)
+						}
+						return
+					}
+					if id == "" {
+						t.Fatalf("a crash at %s lost the sandbox", c.at)
+					}
+					// What the restart set going (watchers of instances) has a
+					// moment to act: the state must hold, not only be reached.
+					time.Sleep(20 * time.Millisecond)
+					sb := e.get(id)
+					if sb.State != c.want {
+						t.Fatalf("after a crash at %s: %s, want %s", c.at, sb.State, c.want)
+					}
+					e.checkHeld(sb)
+					e.clock.Advance(time.Second)
+					e.checkLedger(id)
+					// It goes on: the next transition works, and its ledger
+					// still holds.
+					if sb.State != torpor.StateTerminated {
+						if _, err := e.eng.Delete(ctx, "acme", id); err != nil {
+							t.Fatal(err)
+						}
+						e.checkHeld(e.get(id))
+						e.checkLedger(id)
+					}
+				})
+			}
+		}
+	})
 	for _, at := range lifecycle.Failpoints() {
 		if !crashed[at] {
 			t.Errorf("no crash path goes through failpoint %s", at)
@@ -475,4 +498,38 @@ func TestFreezeStoresOnlyWhereItLands(t *testing.T) {
 	e.clock.Advance(60 * time.Second)
 	settle(e, idle, torpor.StatePaused)
 	took("idle pause by freeze", "pausing.before-store", "pausing.after-store")
+}
+
+// soakEnv, set to 1, runs the long versions of tests: here the whole
+// failpoint matrix on PostgreSQL as well as on SQLite.
+const soakEnv = "TORPOR_SOAK"
+
+// pgCrashPoints are the cases of the failpoint matrix that run on
+// PostgreSQL by default: one of each kind of step a crash can cut, on
+// each verb (a record stored and the runtime not yet acted on; the runtime
+// acted on and its record not stored; a freeze or thaw that stores only
+// where it lands; the last write; a pool's claim). Each PostgreSQL case
+// costs a database of its own and a reopen of the store at its restart,
+// about 0.8 s under -race (RELIABILITY.md): the other cases run on
+// PostgreSQL under TORPOR_SOAK=1, and every case on SQLite always.
+var pgCrashPoints = []string{
+	"create/create.before-runtime",
+	"create/started.after-store",
+	"pause by freeze/pausing.after-runtime",
+	"pause by snapshot/pausing.after-store",
+	"resume from freeze/resuming.after-runtime",
+	"resume from snapshot/resuming.before-runtime",
+	"hibernate snapshotted/hibernating.after-runtime",
+	"start hibernated/starting.before-runtime",
+	"restart/restarting.after-runtime",
+	"delete running/terminating.before-runtime",
+	"delete snapshotted/terminated.after-store",
+	"claim/claim.after-thaw",
+}
+
+// crashPointRuns says whether the case name of the failpoint matrix runs
+// on the store kind: every one on SQLite, and on PostgreSQL every one
+// under TORPOR_SOAK=1, else those of pgCrashPoints.
+func crashPointRuns(kind, name string) bool {
+	return kind != "postgres" || os.Getenv(soakEnv) != "" || slices.Contains(pgCrashPoints, name)
 }

@@ -150,73 +150,76 @@ func waitFor(t *testing.T, ok func() bool) {
 
 // Crashes at random points of random transitions, with the clock moving
 // across settlement boundaries: afterwards the ledger covers every second
-// from creation to deletion once, as what the event log says it was.
+// from creation to deletion once, as what the event log says it was. It
+// runs on each store (SQLite and PostgreSQL), reopened at each restart.
 func TestUsageLedgerIsExactAcrossCrashes(t *testing.T) {
 	points := []string{"", "", "pausing.before-runtime", "pausing.after-runtime", "resuming.before-runtime",
 		"resuming.after-runtime", "hibernating.before-runtime", "hibernating.after-runtime",
 		"starting.before-runtime", "starting.after-runtime", "restarting.after-runtime"}
-	for seed := uint64(1); seed <= 8; seed++ {
-		t.Run("", func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(seed, seed))
-			e := newEnv(t, func(c *lifecycle.Config) { c.SettleEvery = time.Minute })
-			ids := []string{e.create(torpor.CreateRequest{}).ID, e.create(torpor.CreateRequest{}).ID}
-			crashes := 0
-			defer func() { t.Logf("%d crashes", crashes) }()
-			for step := 0; step < 60; step++ {
-				id := ids[rng.IntN(len(ids))]
-				e.clock.Advance(time.Duration(rng.IntN(90_000)) * time.Millisecond)
-				verb := rng.IntN(5)
-				e.crashAt = points[rng.IntN(len(points))]
-				func() {
-					defer func() {
-						if r := recover(); r != nil {
-							if _, ok := r.(crash); !ok {
-								panic(r)
+	eachStore(t, func(t *testing.T, kind string) {
+		for seed := uint64(1); seed <= 8; seed++ {
+			t.Run("", func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(seed, seed))
+				e := newEnvOn(t, kind, func(c *lifecycle.Config) { c.SettleEvery = time.Minute })
+				ids := []string{e.create(torpor.CreateRequest{}).ID, e.create(torpor.CreateRequest{}).ID}
+				crashes := 0
+				defer func() { t.Logf("%d crashes", crashes) }()
+				for step := 0; step < 60; step++ {
+					id := ids[rng.IntN(len(ids))]
+					e.clock.Advance(time.Duration(rng.IntN(90_000)) * time.Millisecond)
+					verb := rng.IntN(5)
+					e.crashAt = points[rng.IntN(len(points))]
+					func() {
+						defer func() {
+							if r := recover(); r != nil {
+								if _, ok := r.(crash); !ok {
+									panic(r)
+								}
+								e.crashAt = ""
+								crashes++
+								// The daemon is down for a while.
+								e.clock.Advance(time.Duration(rng.IntN(30_000)) * time.Millisecond)
+								e.restart()
 							}
-							e.crashAt = ""
-							crashes++
-							// The daemon is down for a while.
-							e.clock.Advance(time.Duration(rng.IntN(30_000)) * time.Millisecond)
+						}()
+						switch verb {
+						case 0:
+							e.eng.Pause(ctx, "acme", id, []torpor.PauseMode{torpor.PauseFreeze, torpor.PauseSnapshot}[rng.IntN(2)])
+						case 1:
+							e.eng.Start(ctx, "acme", id)
+						case 2:
+							e.eng.Hibernate(ctx, "acme", id)
+						case 3:
+							e.eng.Restart(ctx, "acme", id)
+						case 4:
 							e.restart()
 						}
 					}()
-					switch verb {
-					case 0:
-						e.eng.Pause(ctx, "acme", id, []torpor.PauseMode{torpor.PauseFreeze, torpor.PauseSnapshot}[rng.IntN(2)])
-					case 1:
-						e.eng.Start(ctx, "acme", id)
-					case 2:
-						e.eng.Hibernate(ctx, "acme", id)
-					case 3:
-						e.eng.Restart(ctx, "acme", id)
-					case 4:
-						e.restart()
+					e.crashAt = ""
+				}
+				for _, id := range ids {
+					must(e.eng.Delete(ctx, "acme", id))
+				}
+				end := e.clock.Now()
+				for _, id := range ids {
+					sb := e.get(id)
+					segs, rows := ledgerOf(t, e, id)
+					if len(segs) == 0 || !segs[0].Start.Equal(sb.CreatedAt) || !segs[len(segs)-1].End.Equal(*sb.TerminatedAt) {
+						t.Fatalf("ledger of %s %v does not span its life %s-%s", id, segs, sb.CreatedAt, sb.TerminatedAt)
 					}
-				}()
-				e.crashAt = ""
-			}
-			for _, id := range ids {
-				must(e.eng.Delete(ctx, "acme", id))
-			}
-			end := e.clock.Now()
-			for _, id := range ids {
-				sb := e.get(id)
-				segs, rows := ledgerOf(t, e, id)
-				if len(segs) == 0 || !segs[0].Start.Equal(sb.CreatedAt) || !segs[len(segs)-1].End.Equal(*sb.TerminatedAt) {
-					t.Fatalf("ledger of %s %v does not span its life %s-%s", id, segs, sb.CreatedAt, sb.TerminatedAt)
+					if want := timelineOf(t, e, id, end); !slices.Equal(segs, want) {
+						t.Fatalf("ledger of %s\n%v\ndiffers from its timeline\n%v", id, segs, want)
+					}
+					var secs float64
+					for _, r := range rows {
+						secs += r.Seconds
+					}
+					m := sb.Meters
+					if total := m.RunningS + m.FrozenS + m.SnapshotPausedS + m.HibernatedS; math.Abs(total-secs) > 1e-6 {
+						t.Errorf("meters count %.6fs, the ledger %.6fs", total, secs)
+					}
 				}
-				if want := timelineOf(t, e, id, end); !slices.Equal(segs, want) {
-					t.Fatalf("ledger of %s\n%v\ndiffers from its timeline\n%v", id, segs, want)
-				}
-				var secs float64
-				for _, r := range rows {
-					secs += r.Seconds
-				}
-				m := sb.Meters
-				if total := m.RunningS + m.FrozenS + m.SnapshotPausedS + m.HibernatedS; math.Abs(total-secs) > 1e-6 {
-					t.Errorf("meters count %.6fs, the ledger %.6fs", total, secs)
-				}
-			}
-		})
-	}
+			})
+		}
+	})
 }
