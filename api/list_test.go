@@ -1,11 +1,13 @@
 package api_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -168,5 +170,62 @@ func TestLatestEventCursor(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the follower from the latest cursor got nothing")
+	}
+}
+
+// A stream asked for with ?latest=true starts after the newest event; a
+// reconnection (Last-Event-ID) goes on from its own last event instead,
+// and so misses nothing.
+func TestLatestEventStream(t *testing.T) {
+	f := newFixture(t)
+	sb, err := f.tenantCl.Create(ctx, torpor.CreateRequest{Template: "base"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := func(lastEventID string) torpor.Event {
+		t.Helper()
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(sctx, "GET", f.url+"/v1/events?latest=true", nil)
+		req.Header.Set("Authorization", "Bearer "+f.acmeKey)
+		req.Header.Set("Accept", "text/event-stream")
+		if lastEventID != "" {
+			req.Header.Set("Last-Event-ID", lastEventID)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("stream: %v %v", resp, err)
+		}
+		defer resp.Body.Close()
+		got := make(chan torpor.Event, 1)
+		go func() {
+			sc := bufio.NewScanner(resp.Body)
+			for sc.Scan() {
+				if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+					var ev torpor.Event
+					json.Unmarshal([]byte(data), &ev)
+					got <- ev
+					return
+				}
+			}
+		}()
+		if lastEventID == "" {
+			if _, err := f.tenantCl.Pause(ctx, sb.ID, ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+		select {
+		case ev := <-got:
+			return ev
+		case <-sctx.Done():
+			t.Fatal("the stream sent nothing")
+		}
+		return torpor.Event{}
+	}
+	if ev := first(""); ev.Type != torpor.EventPaused || ev.SandboxID != sb.ID {
+		t.Fatalf("the stream from the latest cursor began with %+v", ev)
+	}
+	if ev := first("0"); ev.Type != torpor.EventCreated {
+		t.Fatalf("a reconnection from 0 with latest began with %+v", ev)
 	}
 }
