@@ -489,17 +489,19 @@
       timings({ cursorMs: tCursor - t0, listMs: tList - tCursor, renderMs: t1 - tList, listRenderedMs: t1 - t0, firstRenderAt: t1 });
       document.body.dataset.listReady = "1";
     }
+    const tRest = performance.now();
     while (r.next) {
       r = await read(LIST_PAGE, r.next);
       if (gen !== st.listGen) return;
       add(r);
       if (progressive) scheduleRender();
     }
+    const tRead = performance.now();
     st.sandboxes = got;
     st.listPartial = false;
     renderList();
     const tAll = performance.now();
-    timings({ wholeListMs: tAll - t0, wholeListAt: tAll });
+    timings({ restMs: tRead - tRest, lastRenderMs: tAll - tRead, wholeListMs: tAll - t0, wholeListAt: tAll });
     document.body.dataset.listReady = "1";
     document.body.dataset.listComplete = "1";
   }
