@@ -12,7 +12,8 @@ type SandboxStore interface {
 	CreateSandbox(ctx context.Context, sb *Sandbox, events ...Event) error
 	// GetSandbox returns the record, or not_found.
 	GetSandbox(ctx context.Context, id string) (*Sandbox, error)
-	// ListSandboxes returns the records that match f, oldest first.
+	// ListSandboxes returns the records that match f, oldest first (by
+	// CreatedAt, then ID), past f.After and at most f.Limit of them.
 	ListSandboxes(ctx context.Context, f SandboxFilter) ([]*Sandbox, error)
 	// UpdateSandbox replaces the record if its stored Version equals
 	// sb.Version (a conflict otherwise), increments sb.Version, and appends
@@ -48,6 +49,18 @@ type SandboxFilter struct {
 	IncludeTerminated bool
 	// Metadata keeps sandboxes whose metadata has every key with its value.
 	Metadata map[string]string
+	// After, when its ID is set, keeps the sandboxes that come after this
+	// position in the list's order (CreatedAt, then ID): the next page.
+	After ListPosition
+	// Limit, when positive, returns at most this many sandboxes.
+	Limit int
+}
+
+// ListPosition is a place in the sandbox list's order: a sandbox's
+// creation time (to the microsecond, as stores keep it) and its id.
+type ListPosition struct {
+	CreatedAt time.Time
+	ID        string
 }
 
 // EventFilter selects events.
@@ -59,6 +72,10 @@ type EventFilter struct {
 	ExceptTenant string
 	SandboxID    string
 	Limit        int
+	// Newest returns only the newest of the events that match (none
+	// when there is none after After), ignoring Limit: the cursor a
+	// reader that wants only what happens next starts from.
+	Newest bool
 }
 
 // AuthStore keeps tenants and API keys.

@@ -421,6 +421,10 @@ var hostileQueries = []string{
 	"from=2026-13-45", "to=yesterday", "tenant=alpha", "tenant=default", "sandbox=../x", "group_by=nothing",
 	"start=-1", "end=99999999999999999999", "nextToken=" + strings.Repeat("A", 5000), "path=/root/alpha.txt&path=/etc/shadow",
 	"%zz=1", "a=%", strings.Repeat("x=1&", 5000),
+	// The list's paging and the events' newest read.
+	"limit=0", "limit=1001", "limit=", "limit=2&limit=x", "after=", "after=%00", "after=!!!", "after=" + strings.Repeat("A", 5000),
+	"after=LTE6c2Jf", "after=MTpzYl8%3D", "after=OTk5OTk5OTk5OTk5OTk5OTk5OTk6c2Jf", "after=MTo", "after=MTpzYgBf", "limit=1&after=" + listCursorBefore + "&after=x",
+	"latest=maybe", "latest=1&since=-1", "latest=true&limit=0",
 }
 
 // hostileSegments are path parameters of the same kinds.

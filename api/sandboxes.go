@@ -50,6 +50,21 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, p principal) error
 			f.Metadata[key] = vs[0]
 		}
 	}
+	// Paging: ?limit=N answers at most N and a next cursor when more
+	// follow; ?after= is that cursor. Without them the answer is the
+	// whole list, as it always was.
+	var limit int64
+	if q.Has("limit") {
+		if limit, err = queryInt(r, "limit", 0); err != nil || limit < 1 || limit > maxListLimit {
+			return torpor.Invalid("limit", "must be an integer between 1 and %d", maxListLimit)
+		}
+		f.Limit = int(limit) + 1
+	}
+	if q.Has("after") {
+		if f.After, err = parseListCursor(q.Get("after")); err != nil {
+			return err
+		}
+	}
 	sbs, err := s.eng.List(r.Context(), p.tenant, f)
 	if err != nil {
 		return err
@@ -57,7 +72,12 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, p principal) error
 	if sbs == nil {
 		sbs = []*torpor.Sandbox{}
 	}
-	writeJSON(w, http.StatusOK, wire.SandboxList{Sandboxes: sbs})
+	out := wire.SandboxList{Sandboxes: sbs}
+	if limit > 0 && int64(len(sbs)) > limit {
+		out.Sandboxes = sbs[:limit]
+		out.Next = listCursor(sbs[limit-1])
+	}
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 
@@ -137,13 +157,34 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request, p principal,
 	if err != nil {
 		return err
 	}
+	// ?latest=true moves the cursor to the newest event (past since), so
+	// a reader that has just read the current state starts after it
+	// without reading the log: as JSON it answers no events and that
+	// cursor as next; as a stream it starts there.
+	latest, err := queryBool(r, "latest")
+	if err != nil {
+		return err
+	}
+	newest := func() error {
+		evs, err := s.eng.Events(r.Context(), p.tenant, torpor.EventFilter{After: since, SandboxID: id, Newest: true})
+		if len(evs) > 0 {
+			since = evs[0].Seq
+		}
+		return err
+	}
 	if strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
 		if last := r.Header.Get("Last-Event-ID"); last != "" {
+			// A reconnection: it goes on from its last event, latest
+			// or not, and so misses nothing.
 			n, err := strconv.ParseInt(last, 10, 64)
 			if err != nil || n < 0 {
 				return torpor.Invalid("Last-Event-ID", "must be a cursor (a non-negative integer)")
 			}
 			since = n
+		} else if latest {
+			if err := newest(); err != nil {
+				return err
+			}
 		}
 		return s.followEvents(w, r, p, id, since)
 	}
@@ -153,6 +194,13 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request, p principal,
 	}
 	if limit == 0 || limit > 10000 {
 		return torpor.Invalid("limit", "must be between 1 and 10000")
+	}
+	if latest {
+		if err := newest(); err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, wire.EventList{Events: []torpor.Event{}, Next: since})
+		return nil
 	}
 	evs, err := s.eng.Events(r.Context(), p.tenant, torpor.EventFilter{After: since, SandboxID: id, Limit: int(limit)})
 	if err != nil {

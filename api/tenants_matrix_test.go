@@ -26,6 +26,9 @@ const jsonType = "application/json"
 // added without one (or with one that is no longer valid) fails there.
 var validRequests = map[string]routeRequest{
 	"POST /v1/sandboxes":                             {ctype: jsonType, body: `{"template":"base"}`},
+	"GET /v1/sandboxes":                              {query: "limit=2&after=" + listCursorBefore},
+	"GET /v1/events":                                 {query: "since=0&latest=true"},
+	"GET /v1/sandboxes/{id}/events":                  {query: "latest=true"},
 	"PATCH /v1/sandboxes/{id}":                       {ctype: jsonType, body: `{"metadata":{"k":"v"}}`},
 	"POST /v1/sandboxes/{id}/start":                  {on: "paused"},
 	"POST /v1/sandboxes/{id}/resume":                 {on: "paused"},
@@ -67,6 +70,10 @@ var validRequests = map[string]routeRequest{
 	"PUT /v1/pools/{template}": {ctype: jsonType, body: `{"size":0}`},
 	"POST /v1/keys":            {ctype: jsonType, body: `{"tenant":"charlie"}`},
 }
+
+// listCursorBefore is a GET /v1/sandboxes?after= cursor of a position
+// before every sandbox (created at the epoch, id "sb_").
+const listCursorBefore = "MDpzYl8"
 
 // notTenantScoped are the routes whose answer is not about a tenant's
 // objects, with the reason: the matrix still sends them with tenant B's

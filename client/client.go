@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -236,6 +237,52 @@ const AllTenants = "*"
 
 // List returns the caller's sandboxes.
 func (c *Client) List(ctx context.Context, o ListOptions) ([]*torpor.Sandbox, error) {
+	var out wire.SandboxList
+	return out.Sandboxes, c.do(ctx, "GET", "/v1/sandboxes", o.query(), nil, &out)
+}
+
+// ListPage returns one page of the caller's sandboxes, oldest first: at
+// most limit of them (1 to 1,000), after the cursor after ("" for the
+// first page). next is the cursor of the page that follows, "" when this
+// page is the last. Sandboxes created while a caller pages come after
+// every page already read, so a walk sees each sandbox once.
+func (c *Client) ListPage(ctx context.Context, o ListOptions, limit int, after string) (sbs []*torpor.Sandbox, next string, err error) {
+	q := o.query()
+	q.Set("limit", strconv.Itoa(limit))
+	if after != "" {
+		q.Set("after", after)
+	}
+	var out wire.SandboxList
+	err = c.do(ctx, "GET", "/v1/sandboxes", q, nil, &out)
+	return out.Sandboxes, out.Next, err
+}
+
+// Pages walks every page of the caller's sandboxes, limit a page, for
+// use with range:
+//
+//	for page, err := range c.Pages(ctx, opts, 100) { ... }
+//
+// An error ends the walk after it is yielded; so does a caller that
+// stops ranging.
+func (c *Client) Pages(ctx context.Context, o ListOptions, limit int) iter.Seq2[[]*torpor.Sandbox, error] {
+	return func(yield func([]*torpor.Sandbox, error) bool) {
+		after := ""
+		for {
+			sbs, next, err := c.ListPage(ctx, o, limit, after)
+			if err != nil {
+				yield(nil, err)
+				return
+			}
+			if !yield(sbs, nil) || next == "" {
+				return
+			}
+			after = next
+		}
+	}
+}
+
+// query is o as the list's query parameters.
+func (o ListOptions) query() url.Values {
 	q := url.Values{}
 	for _, s := range o.States {
 		q.Add("state", string(s))
@@ -249,8 +296,7 @@ func (c *Client) List(ctx context.Context, o ListOptions) ([]*torpor.Sandbox, er
 	if o.Tenant != "" {
 		q.Set("tenant", o.Tenant)
 	}
-	var out wire.SandboxList
-	return out.Sandboxes, c.do(ctx, "GET", "/v1/sandboxes", q, nil, &out)
+	return q
 }
 
 // Update changes a sandbox's metadata.

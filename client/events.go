@@ -8,7 +8,21 @@ import (
 	"strconv"
 
 	"github.com/torpor-dev/torpor"
+	"github.com/torpor-dev/torpor/api/wire"
 )
+
+// LatestEvent returns the cursor of the caller's newest event (of one
+// sandbox when id is not empty), 0 when there is none: FollowEvents from
+// it sees only what happens next.
+func (c *Client) LatestEvent(ctx context.Context, id string) (int64, error) {
+	p := "/v1/events"
+	if id != "" {
+		p = "/v1/sandboxes/" + url.PathEscape(id) + "/events"
+	}
+	var out wire.EventList
+	err := c.do(ctx, "GET", p, url.Values{"latest": {"true"}}, nil, &out)
+	return out.Next, err
+}
 
 // FollowEvents streams events after the cursor since (of one sandbox when
 // id is not empty) to fn as they happen, until ctx ends, fn returns an

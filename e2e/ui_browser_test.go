@@ -668,8 +668,8 @@ func TestUIListSpeed(t *testing.T) {
 
 	// The baseline: the list by plain HTTP, as curl reads it.
 	hc := &http.Client{}
-	getList := func() (time.Duration, int) {
-		req, _ := http.NewRequest("GET", "http://"+d.addr+"/v1/sandboxes", nil)
+	getList := func(query string) (time.Duration, int) {
+		req, _ := http.NewRequest("GET", "http://"+d.addr+"/v1/sandboxes"+query, nil)
 		req.Header.Set("Authorization", "Bearer "+key)
 		t0 := time.Now()
 		resp, err := hc.Do(req)
@@ -683,20 +683,28 @@ func TestUIListSpeed(t *testing.T) {
 		}
 		return time.Since(t0), len(body)
 	}
-	getList() // warm
+	getList("") // warm
+	getList("?limit=100")
 
 	b := newUIBrowser(t, "http://"+d.addr)
 	b.signIn(key)
 	const rounds = 5
-	var curl, page, pageData, cursorT, listT, renderT []time.Duration
+	var curl, curlPage, page, pageData, cursorT, listT, renderT, whole, rest []time.Duration
 	size := 0
 	for range rounds {
-		c, sz := getList()
+		c, sz := getList("")
 		curl, size = append(curl, c), sz
+		// The first page alone, as the page reads it first.
+		c, _ = getList("?limit=100")
+		curlPage = append(curlPage, c)
 		// A fresh load of the page, signed in by its cookie: from the
 		// navigation to the first page of rows on screen.
 		b.do("reloading", chromedp.Navigate("about:blank"), chromedp.Navigate(b.base+"/ui/#/"))
 		b.waitJS("the list", `document.body.dataset.listReady === "1"`)
+		// Then the rest of the list, read behind the first page.
+		b.waitJS("the whole list", `document.body.dataset.listComplete === "1"`)
+		whole = append(whole, ms2d(uiEval[float64](b, `window.torporTimings.wholeListMs`)))
+		rest = append(rest, ms2d(uiEval[float64](b, `window.torporTimings.restMs`)))
 		first := uiEval[float64](b, `window.torporTimings.listRenderedMs`)
 		parts := uiEval[[]float64](b, `[window.torporTimings.cursorMs, window.torporTimings.listMs, window.torporTimings.renderMs]`)
 		cursorT, listT, renderT = append(cursorT, ms2d(parts[0])), append(listT, ms2d(parts[1])), append(renderT, ms2d(parts[2]))
@@ -775,10 +783,12 @@ func TestUIListSpeed(t *testing.T) {
 	}
 	ms := func(x time.Duration) string { return fmt.Sprintf("%.1f ms", float64(x)/float64(time.Millisecond)) }
 	t.Logf("%d sandboxes (%d KiB of JSON), medians of %d rounds:", n, size>>10, rounds)
-	t.Logf("  list by plain HTTP GET: %s", ms(med(curl)))
+	t.Logf("  list by plain HTTP GET: %s; its first page (?limit=100): %s", ms(med(curl)), ms(med(curlPage)))
 	t.Logf("  page, navigation to first rows on screen: %s (%.1fx the GET)", ms(med(page)), float64(med(page))/float64(med(curl)))
 	t.Logf("  page, its data requests + render: %s (%.1fx the GET): cursor %s, list %s, render %s", ms(med(pageData)), float64(med(pageData))/float64(med(curl)),
 		ms(med(cursorT)), ms(med(listT)), ms(med(renderT)))
+	t.Logf("  page, its first page's request alone: %s (%.2fx the first page by GET); the whole list in, from the cursor read: %s (%.2fx the whole GET; the reads after the first page %s)",
+		ms(med(listT)), float64(med(listT))/float64(med(curlPage)), ms(med(whole)), float64(med(whole))/float64(med(curl)), ms(med(rest)))
 	t.Logf("  live update, verb to event on a plain stream: %s; to the page's badge: %s (%.2fx; event to row in the page %s); %d rounds",
 		ms(med(stream)), ms(med(badge)), float64(med(badge))/float64(med(stream)), ms(med(inPage)), len(badge))
 }

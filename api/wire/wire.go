@@ -101,6 +101,9 @@ type ExecChunk struct {
 // SandboxList is the body of GET /v1/sandboxes.
 type SandboxList struct {
 	Sandboxes []*torpor.Sandbox `json:"sandboxes"`
+	// Next, only on a page asked for with ?limit= that has more after
+	// it, is the cursor to pass as ?after= for the next page.
+	Next string `json:"next,omitempty"`
 }
 
 // EventList is the body of GET /v1/events without streaming.

@@ -95,13 +95,18 @@ func (q *logQuery) sql(limit int) string {
 }
 
 // ListEvents returns the events after f.After (a Seq) that match f, oldest
-// first, at most f.Limit of them when f.Limit is positive.
+// first, at most f.Limit of them when f.Limit is positive; only the
+// newest with f.Newest.
 func (s *Store) ListEvents(ctx context.Context, f torpor.EventFilter) ([]torpor.Event, error) {
 	q := afterCursor(f.After, f.Tenant, f.SandboxID)
 	if f.ExceptTenant != "" {
 		q.add("tenant <> ", f.ExceptTenant)
 	}
-	return query(ctx, s, "list events", scanEvent, `SELECT seq, type, sandbox_id, tenant, time, attrs FROM events WHERE `+q.sql(f.Limit), q.args...)
+	body := q.sql(f.Limit)
+	if f.Newest {
+		body = strings.Join(q.where, " AND ") + " ORDER BY seq DESC LIMIT 1"
+	}
+	return query(ctx, s, "list events", scanEvent, `SELECT seq, type, sandbox_id, tenant, time, attrs FROM events WHERE `+body, q.args...)
 }
 
 // scanEvent reads the columns seq, type, sandbox_id, tenant, time, attrs.

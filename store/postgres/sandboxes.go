@@ -165,7 +165,7 @@ func (s *Store) GetSandbox(ctx context.Context, id string) (*torpor.Sandbox, err
 }
 
 // ListSandboxes returns the sandboxes that match f, oldest first (by
-// creation time, then id).
+// creation time, then id), past f.After and at most f.Limit of them.
 func (s *Store) ListSandboxes(ctx context.Context, f torpor.SandboxFilter) ([]*torpor.Sandbox, error) {
 	var (
 		where []string
@@ -203,11 +203,18 @@ func (s *Store) ListSandboxes(ctx context.Context, f torpor.SandboxFilter) ([]*t
 	for _, k := range keys {
 		where = append(where, "id IN (SELECT sandbox_id FROM sandbox_metadata WHERE key = "+arg(k)+" AND value = "+arg(f.Metadata[k])+")")
 	}
+	if f.After.ID != "" {
+		at := arg(f.After.CreatedAt.UnixMicro())
+		where = append(where, "(created_at > "+at+" OR (created_at = "+at+" AND id > "+arg(f.After.ID)+"))")
+	}
 	sql := `SELECT ` + sandboxColumns + ` FROM sandboxes`
 	if len(where) > 0 {
 		sql += " WHERE " + strings.Join(where, " AND ")
 	}
 	sql += " ORDER BY created_at, id"
+	if f.Limit > 0 {
+		sql += " LIMIT " + arg(f.Limit)
+	}
 	return query(ctx, s, "list sandboxes", func(row pgx.CollectableRow) (*torpor.Sandbox, error) { return scanSandbox(row) }, sql, args...)
 }
 

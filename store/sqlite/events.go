@@ -43,7 +43,8 @@ func encodeAttrs(attrs map[string]string) (sql.NullString, error) {
 }
 
 // ListEvents returns the events after f.After (a Seq) that match f, oldest
-// first, at most f.Limit of them when f.Limit is positive.
+// first, at most f.Limit of them when f.Limit is positive; only the
+// newest with f.Newest.
 func (s *Store) ListEvents(ctx context.Context, f torpor.EventFilter) ([]torpor.Event, error) {
 	where, args := afterCursor(f.After, f.Tenant, f.SandboxID)
 	if f.ExceptTenant != "" {
@@ -54,9 +55,13 @@ func (s *Store) ListEvents(ctx context.Context, f torpor.EventFilter) ([]torpor.
 	if f.Limit > 0 {
 		limit = int64(f.Limit)
 	}
+	order := "seq"
+	if f.Newest {
+		order, limit = "seq DESC", 1
+	}
 	args = append(args, limit)
 	query := `SELECT seq, type, sandbox_id, tenant, time, attrs FROM events WHERE ` +
-		strings.Join(where, " AND ") + ` ORDER BY seq LIMIT ?`
+		strings.Join(where, " AND ") + ` ORDER BY ` + order + ` LIMIT ?`
 
 	rows, err := s.read.QueryContext(ctx, query, args...)
 	if err != nil {

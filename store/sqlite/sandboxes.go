@@ -152,7 +152,7 @@ func (s *Store) GetSandbox(ctx context.Context, id string) (*torpor.Sandbox, err
 }
 
 // ListSandboxes returns the sandboxes that match f, oldest first (by
-// creation time, then id).
+// creation time, then id), past f.After and at most f.Limit of them.
 func (s *Store) ListSandboxes(ctx context.Context, f torpor.SandboxFilter) ([]*torpor.Sandbox, error) {
 	where, args := sandboxConditions(f)
 	query := `SELECT id, tenant, state, node, created_at, version, record, seen_at FROM sandboxes`
@@ -160,6 +160,10 @@ func (s *Store) ListSandboxes(ctx context.Context, f torpor.SandboxFilter) ([]*t
 		query += " WHERE " + strings.Join(where, " AND ")
 	}
 	query += " ORDER BY created_at, id"
+	if f.Limit > 0 {
+		query += " LIMIT ?"
+		args = append(args, f.Limit)
+	}
 
 	rows, err := s.read.QueryContext(ctx, query, args...)
 	if err != nil {
@@ -215,6 +219,11 @@ func sandboxConditions(f torpor.SandboxFilter) (where []string, args []any) {
 	for _, k := range keys {
 		where = append(where, "id IN (SELECT sandbox_id FROM sandbox_metadata WHERE key = ? AND value = ?)")
 		args = append(args, k, f.Metadata[k])
+	}
+	if f.After.ID != "" {
+		at := f.After.CreatedAt.UnixMicro()
+		where = append(where, "(created_at > ? OR (created_at = ? AND id > ?))")
+		args = append(args, at, at, f.After.ID)
 	}
 	return where, args
 }

@@ -18,6 +18,7 @@ func eventTests() []test {
 		{"ExceptTenant", testEventsExceptTenant},
 		{"FilterBySandbox", testEventsSandbox},
 		{"LimitAndPaging", testEventsLimit},
+		{"Newest", testEventsNewest},
 	}
 }
 
@@ -174,4 +175,29 @@ func testEventsLimit(t *testing.T, h *harness) {
 	wantEvents(t, "paged by 3", paged, eventKeys(evs)...)
 	wantEvents(t, "acme, limit 1, after the first",
 		h.events(torpor.EventFilter{Tenant: "acme", After: evs[0].Seq, Limit: 1}), "sb_a2 sandbox.created")
+}
+
+// Newest returns only the newest event that matches, whatever the limit,
+// and nothing when none matches past the cursor.
+func testEventsNewest(t *testing.T, h *harness) {
+	evs := writeEventLog(h)
+	newest := func(keep func(torpor.Event) bool) []string {
+		for i := len(evs) - 1; i >= 0; i-- {
+			if keep(evs[i]) {
+				return eventKeys(evs[i : i+1])
+			}
+		}
+		return nil
+	}
+	all := func(torpor.Event) bool { return true }
+	wantEvents(t, "newest", h.events(torpor.EventFilter{Newest: true}), newest(all)...)
+	wantEvents(t, "newest, limit 3", h.events(torpor.EventFilter{Newest: true, Limit: 3}), newest(all)...)
+	wantEvents(t, "newest of globex", h.events(torpor.EventFilter{Newest: true, Tenant: "globex"}),
+		newest(func(e torpor.Event) bool { return e.Tenant == "globex" })...)
+	wantEvents(t, "newest but globex's", h.events(torpor.EventFilter{Newest: true, ExceptTenant: "globex"}),
+		newest(func(e torpor.Event) bool { return e.Tenant != "globex" })...)
+	wantEvents(t, "newest of sb_a1", h.events(torpor.EventFilter{Newest: true, SandboxID: "sb_a1"}),
+		newest(func(e torpor.Event) bool { return e.SandboxID == "sb_a1" })...)
+	wantEvents(t, "newest past the last", h.events(torpor.EventFilter{Newest: true, After: evs[len(evs)-1].Seq}))
+	wantEvents(t, "newest of nobody", h.events(torpor.EventFilter{Newest: true, Tenant: "nobody"}))
 }

@@ -1,6 +1,8 @@
 package storetest
 
 import (
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -20,6 +22,9 @@ func listTests() []test {
 		{"MetadataFilterFollowsUpdates", testListMetadataUpdates},
 		{"FiltersCombine", testListCombined},
 		{"NoMatchIsEmpty", testListEmpty},
+		{"LimitAndAfter", testListPages},
+		{"PagesWithFilters", testListPagesFiltered},
+		{"PagesSeeNewSandboxesOnce", testListPagesWhileCreating},
 	}
 }
 
@@ -220,4 +225,126 @@ func testListEmpty(t *testing.T, h *harness) {
 	wantIDs(t, "empty store", h.list(torpor.SandboxFilter{}))
 	h.create(newSandbox("sb_1", "acme", torpor.StateRunning, at(0)))
 	wantIDs(t, "no match", h.list(torpor.SandboxFilter{Tenant: "nobody"}))
+}
+
+// pages walks the list f selects, size sandboxes a page, as a client
+// following the position of each page's last sandbox does, and returns the
+// ids page by page.
+func (h *harness) pages(f torpor.SandboxFilter, size int) [][]string {
+	h.t.Helper()
+	var out [][]string
+	f.Limit = size
+	for range 1000 {
+		page := h.list(f)
+		if len(page) > size {
+			h.t.Fatalf("a page with Limit %d has %d sandboxes", size, len(page))
+		}
+		if len(page) == 0 {
+			return out
+		}
+		var ids []string
+		for _, sb := range page {
+			ids = append(ids, sb.ID)
+		}
+		out = append(out, ids)
+		last := page[len(page)-1]
+		f.After = torpor.ListPosition{CreatedAt: last.CreatedAt, ID: last.ID}
+	}
+	h.t.Fatal("the pages never ended")
+	return nil
+}
+
+// Limit caps a page, After starts past a position in the list order (the
+// creation time, then the id, so that sandboxes created in the same
+// microsecond are neither skipped nor repeated), and following the last
+// sandbox of each page yields every sandbox once, in order.
+func testListPages(t *testing.T, h *harness) {
+	for _, sb := range []*torpor.Sandbox{
+		newSandbox("sb_c", "acme", torpor.StateRunning, at(2*time.Second)),
+		newSandbox("sb_b", "acme", torpor.StateRunning, at(time.Second)),
+		newSandbox("sb_e", "acme", torpor.StateRunning, at(time.Microsecond)),
+		newSandbox("sb_a", "acme", torpor.StateRunning, at(time.Second)),
+		newSandbox("sb_f", "acme", torpor.StateRunning, at(time.Second)),
+		newSandbox("sb_d", "acme", torpor.StateRunning, at(0)),
+	} {
+		h.create(sb)
+	}
+	wantIDs(t, "limit 2", h.list(torpor.SandboxFilter{Limit: 2}), "sb_d", "sb_e")
+	wantIDs(t, "limit 100", h.list(torpor.SandboxFilter{Limit: 100}), "sb_d", "sb_e", "sb_a", "sb_b", "sb_f", "sb_c")
+	wantIDs(t, "after sb_a, no limit", h.list(torpor.SandboxFilter{After: torpor.ListPosition{CreatedAt: at(time.Second), ID: "sb_a"}}),
+		"sb_b", "sb_f", "sb_c")
+	wantIDs(t, "after sb_b, limit 1", h.list(torpor.SandboxFilter{After: torpor.ListPosition{CreatedAt: at(time.Second), ID: "sb_b"}, Limit: 1}),
+		"sb_f")
+	// A position need not be a stored sandbox's: a deleted one's still
+	// says where the next page starts.
+	wantIDs(t, "after a gone sb_aa", h.list(torpor.SandboxFilter{After: torpor.ListPosition{CreatedAt: at(time.Second), ID: "sb_aa"}}),
+		"sb_b", "sb_f", "sb_c")
+	wantIDs(t, "after the last", h.list(torpor.SandboxFilter{After: torpor.ListPosition{CreatedAt: at(2 * time.Second), ID: "sb_c"}}))
+	for size := 1; size <= 7; size++ {
+		var got []string
+		for _, p := range h.pages(torpor.SandboxFilter{}, size) {
+			got = append(got, p...)
+		}
+		if want := []string{"sb_d", "sb_e", "sb_a", "sb_b", "sb_f", "sb_c"}; !slices.Equal(got, want) {
+			t.Errorf("pages of %d: %v, want %v", size, got, want)
+		}
+	}
+}
+
+// The position and the limit apply after the filters: a page is full
+// while matching sandboxes remain, however many others lie between them.
+func testListPagesFiltered(t *testing.T, h *harness) {
+	for i := range 9 {
+		sb := newSandbox(fmt.Sprintf("sb_%d", i), "acme", torpor.StateRunning, at(time.Duration(i)*time.Second))
+		if i%3 != 0 {
+			sb.Tenant = "globex"
+		}
+		if i%2 == 0 {
+			sb.Metadata = map[string]string{"team": "ml"}
+		}
+		h.create(sb)
+	}
+	pages := h.pages(torpor.SandboxFilter{Tenant: "globex"}, 2)
+	if want := [][]string{{"sb_1", "sb_2"}, {"sb_4", "sb_5"}, {"sb_7", "sb_8"}}; !slices.EqualFunc(pages, want, slices.Equal) {
+		t.Errorf("globex by 2: %v, want %v", pages, want)
+	}
+	pages = h.pages(torpor.SandboxFilter{Metadata: map[string]string{"team": "ml"}, ExceptTenant: "acme"}, 1)
+	if want := [][]string{{"sb_2"}, {"sb_4"}, {"sb_8"}}; !slices.EqualFunc(pages, want, slices.Equal) {
+		t.Errorf("team=ml but acme's, by 1: %v, want %v", pages, want)
+	}
+}
+
+// Sandboxes created while a reader pages through the list come after
+// every position already read: the reader sees each of them once, and
+// sees again none it has seen.
+func testListPagesWhileCreating(t *testing.T, h *harness) {
+	for i := range 5 {
+		h.create(newSandbox(fmt.Sprintf("sb_old%d", i), "acme", torpor.StateRunning, at(time.Duration(i)*time.Second)))
+	}
+	seen := map[string]int{}
+	f := torpor.SandboxFilter{Limit: 2}
+	for n := 0; ; n++ {
+		page := h.list(f)
+		if len(page) == 0 {
+			break
+		}
+		for _, sb := range page {
+			seen[sb.ID]++
+		}
+		if n < 4 {
+			h.create(newSandbox(fmt.Sprintf("sb_new%d", n), "acme", torpor.StateRunning, at(time.Hour+time.Duration(n)*time.Second)))
+		}
+		last := page[len(page)-1]
+		f.After = torpor.ListPosition{CreatedAt: last.CreatedAt, ID: last.ID}
+	}
+	for i := range 5 {
+		if id := fmt.Sprintf("sb_old%d", i); seen[id] != 1 {
+			t.Errorf("%s seen %d times, want once", id, seen[id])
+		}
+	}
+	for i := range 4 {
+		if id := fmt.Sprintf("sb_new%d", i); seen[id] != 1 {
+			t.Errorf("%s (created while paging) seen %d times, want once", id, seen[id])
+		}
+	}
 }
