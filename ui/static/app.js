@@ -235,8 +235,18 @@
       headers["Content-Type"] = "application/json";
     }
     let r;
-    for (let attempt = 0; ; attempt++) {
-      r = await fetch(path, { method, headers, body: payload, credentials: "same-origin", signal: opts.signal, cache: "no-store" });
+    for (let attempt = 0, lost = 0; ; attempt++) {
+      try {
+        r = await fetch(path, { method, headers, body: payload, credentials: "same-origin", signal: opts.signal, cache: "no-store" });
+      } catch (err) {
+        // The request failed below HTTP (a kept-alive connection that
+        // closed as it was sent): send it once more when sending it twice
+        // does no harm — a read, or a verb that only moves the sandbox
+        // to a state (a second start of a running sandbox is a no-op).
+        if (lost++ > 0 || (opts.signal && opts.signal.aborted) || !sendsTwiceSafely(method, path)) throw err;
+        await new Promise((res) => setTimeout(res, 250));
+        continue;
+      }
       // Past the key's request rate (429) nothing was done: wait as the
       // server says (at most 5 s) and send again, a few times.
       if (r.status !== 429 || attempt >= 4) break;
@@ -256,6 +266,14 @@
     if (opts.raw) return r;
     if (r.status === 204) return null;
     return r.json();
+  }
+
+  // sendsTwiceSafely tells whether a request may be sent again after the
+  // network lost it: reads, and the verbs that only move a sandbox to a
+  // state it keeps if it is there already.
+  function sendsTwiceSafely(method, path) {
+    if (method === "GET" || method === "HEAD") return true;
+    return method === "POST" && /^\/v1\/sandboxes\/[^/]+\/(start|resume|pause|hibernate|touch)$/.test(path.split("?")[0]);
   }
 
   const enc = encodeURIComponent;
