@@ -27,6 +27,8 @@ type env struct {
 	// crashAt makes the engine "die" at that failpoint.
 	crashAt string
 	opts    []func(*lifecycle.Config)
+	// archives is the directory of the engine's archive store.
+	archives string
 }
 
 func newEnv(t *testing.T, opts ...func(*lifecycle.Config)) *env {
@@ -40,7 +42,8 @@ func newEnv(t *testing.T, opts ...func(*lifecycle.Config)) *env {
 	if err := st.PutTemplate(ctx, torpor.Template{Name: "base", RootFS: "/nonexistent", CreatedAt: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, store: st, host: fake.NewHost(), clock: clocktest.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)), opts: opts}
+	e := &env{t: t, store: st, host: fake.NewHost(), clock: clocktest.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)), opts: opts,
+		archives: t.TempDir()}
 	e.restart()
 	return e
 }
@@ -62,6 +65,7 @@ func (e *env) restart() {
 			}
 		},
 	}
+	cfg.Archives = e.archiveStore()
 	for _, o := range e.opts {
 		o(&cfg)
 	}
