@@ -425,6 +425,8 @@ func (c *cli) verbCmd(name string, aliases []string, short string) *cobra.Comman
 						sb, err = cl.Start(ctx, id)
 					case "hibernate":
 						sb, err = cl.Hibernate(ctx, id)
+					case "archive":
+						sb, err = cl.Archive(ctx, id)
 					case "restart":
 						sb, err = cl.Restart(ctx, id)
 					case "touch":
