@@ -95,6 +95,12 @@ func TestArchiveFallsDueAndStartRestores(t *testing.T) {
 	e.host.FilesDir = t.TempDir()
 	sb := e.create(archivePolicy())
 	id := sb.ID
+	// The whole chain is planned from the start: hibernate after 10 idle
+	// seconds, archive 60 seconds after that.
+	if evs := sb.UpcomingEvents; len(evs) != 2 || evs[0].Action != torpor.ActionHibernate || evs[1].Action != torpor.ActionArchive ||
+		!evs[1].At.Equal(evs[0].At.Add(60*time.Second)) || sb.ArchivesAt == nil || !sb.ArchivesAt.Equal(evs[1].At) {
+		t.Fatalf("a new sandbox's upcoming events %+v, archives_at %v", evs, sb.ArchivesAt)
+	}
 	files := filepath.Join(e.host.FilesDir, id)
 	if err := os.MkdirAll(filepath.Join(files, "work"), 0o755); err != nil {
 		t.Fatal(err)
