@@ -92,6 +92,10 @@ type Failure struct {
 type ArchiveInfo struct {
 	Key   string `json:"key"`
 	Bytes int64  `json:"bytes"`
+	// Kind is what was archived: "disk" (a hibernated sandbox's disk) or
+	// "snapshot" (a sandbox paused by snapshot: its disk and memory, which
+	// a start restores to paused and resumes).
+	Kind string `json:"kind"`
 	// ArchivedAt is when the archive was finished (zero while archiving).
 	ArchivedAt time.Time `json:"archived_at,omitzero"`
 }

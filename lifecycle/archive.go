@@ -30,13 +30,26 @@ func (e *Engine) Archive(ctx context.Context, tenant, id string) (*torpor.Sandbo
 	})
 }
 
-// archive packs hibernated sb's disk into its archive and frees the
-// working copy. An archived sandbox is left as it is.
+// The kinds of archive (torpor.ArchiveInfo.Kind).
+const (
+	archiveDisk     = "disk"
+	archiveSnapshot = "snapshot"
+)
+
+// archive packs sb's kept state into its archive and frees the working
+// copy: a hibernated sandbox's disk, or a snapshot-paused one's disk and
+// memory snapshot (when its runtime can export them,
+// torpor.SnapshotArchiver). An archived sandbox is left as it is.
 func (e *Engine) archive(ctx context.Context, sb *torpor.Sandbox, cause string) error {
 	switch sb.State {
 	case torpor.StateArchived:
 		return nil
 	case torpor.StateHibernated:
+	case torpor.StatePaused:
+		if sb.PauseMode != torpor.PauseSnapshot || e.snapshotArchiver(sb) == nil {
+			return &torpor.Error{Code: torpor.EConflict, State: sb.State, Reason: "state",
+				Message: fmt.Sprintf("sandbox %s is paused by %s, which cannot be archived; hibernate it first", sb.ID, sb.PauseMode)}
+		}
 	case torpor.StateTerminated:
 		return gone(sb)
 	default:
@@ -49,29 +62,42 @@ func (e *Engine) archive(ctx context.Context, sb *torpor.Sandbox, cause string) 
 	if err != nil {
 		return err
 	}
-	arch, ok := rt.(torpor.DiskArchiver)
-	if !ok {
-		return torpor.Errorf(torpor.EUnavailable, "the %s runtime cannot export a disk to archive", rt.Kind())
+	kind := archiveDisk
+	var export func(w io.Writer) (int64, error)
+	if sb.State == torpor.StatePaused {
+		kind = archiveSnapshot
+		snap := e.snapshotArchiver(sb)
+		if err := e.fetchSnapshot(ctx, rt, sb); err != nil {
+			return err
+		}
+		export = func(w io.Writer) (int64, error) { return snap.ExportSnapshot(ctx, ref(sb), w) }
+	} else {
+		arch, ok := rt.(torpor.DiskArchiver)
+		if !ok {
+			return torpor.Errorf(torpor.EUnavailable, "the %s runtime cannot export a disk to archive", rt.Kind())
+		}
+		if err := e.fetchDisk(ctx, rt, sb); err != nil {
+			// Its disk is only in the fleet's object store (it came from
+			// another node): it comes here first.
+			return err
+		}
+		export = func(w io.Writer) (int64, error) { return arch.ExportDisk(ctx, ref(sb), w) }
 	}
-	if err := e.fetchDisk(ctx, rt, sb); err != nil {
-		// Its disk is only in the fleet's object store (it came from
-		// another node): it comes here first.
-		return err
-	}
+	prev := sb.State
 	start := time.Now()
 	key := fmt.Sprintf("archives/%s/%d-%s.tar.zst", sb.ID, sb.Boots, torpor.NewID("", 6))
-	sb.Archive = &torpor.ArchiveInfo{Key: key}
+	sb.Archive = &torpor.ArchiveInfo{Key: key, Kind: kind}
 	e.fail("archiving.before-store")
 	if err := e.setState(ctx, sb, torpor.StateArchiving); err != nil {
 		sb.Archive = nil
 		return err
 	}
 	e.fail("archiving.after-store")
-	n, err := e.exportArchive(ctx, arch, sb, key)
+	n, err := e.exportArchive(ctx, export, key)
 	if err != nil {
 		e.dropArchive(ctx, key)
 		sb.Archive = nil
-		if serr := e.setState(ctx, sb, torpor.StateHibernated, e.event(sb, EventArchiveFailed, "cause", cause, "error", err.Error())); serr != nil {
+		if serr := e.setState(ctx, sb, prev, e.event(sb, EventArchiveFailed, "cause", cause, "error", err.Error())); serr != nil {
 			e.log.Error("recording a failed archive", "sandbox", sb.ID, "err", serr)
 		}
 		return fmt.Errorf("archive %s: %w", sb.ID, err)
@@ -80,9 +106,10 @@ func (e *Engine) archive(ctx context.Context, sb *torpor.Sandbox, cause string) 
 	sb.Archive.Bytes, sb.Archive.ArchivedAt = n, e.now()
 	// The fleet's upload of the disk (if any) is a copy the archive
 	// replaces.
+	// (A snapshot's record is dropped by the meter, once billed.)
 	remote := sb.Remote
 	sb.Remote, sb.Durability = nil, torpor.DurabilityNode
-	if err := e.setState(ctx, sb, torpor.StateArchived, e.event(sb, torpor.EventArchived, "cause", cause, "bytes", itoa(n))); err != nil {
+	if err := e.setState(ctx, sb, torpor.StateArchived, e.event(sb, torpor.EventArchived, "cause", cause, "bytes", itoa(n), "kind", kind)); err != nil {
 		sb.Remote = remote
 		return err
 	}
@@ -102,13 +129,13 @@ func (e *Engine) archive(ctx context.Context, sb *torpor.Sandbox, cause string) 
 // hibernated and is archived again after its policy's time.
 const EventArchiveFailed = "sandbox.archive_failed"
 
-// exportArchive streams sb's disk into the archive store under key and
-// returns the bytes written.
-func (e *Engine) exportArchive(ctx context.Context, arch torpor.DiskArchiver, sb *torpor.Sandbox, key string) (int64, error) {
+// exportArchive streams what export writes into the archive store under
+// key and returns the bytes written.
+func (e *Engine) exportArchive(ctx context.Context, export func(io.Writer) (int64, error), key string) (int64, error) {
 	pr, pw := io.Pipe()
 	done := make(chan int64, 1)
 	go func() {
-		n, err := arch.ExportDisk(ctx, ref(sb), pw)
+		n, err := export(pw)
 		pw.CloseWithError(err)
 		done <- n
 	}()
@@ -128,9 +155,13 @@ func (e *Engine) fetchArchive(ctx context.Context, rt torpor.Runtime, sb *torpor
 	if e.archives == nil {
 		return torpor.Errorf(torpor.EUnavailable, "sandbox %s is archived and this node has no archive store", sb.ID)
 	}
+	var snap torpor.SnapshotArchiver
 	arch, ok := rt.(torpor.DiskArchiver)
+	if sb.Archive.Kind == archiveSnapshot {
+		snap, ok = rt.(torpor.SnapshotArchiver)
+	}
 	if !ok {
-		return torpor.Errorf(torpor.EUnavailable, "the %s runtime cannot import a disk", rt.Kind())
+		return torpor.Errorf(torpor.EUnavailable, "the %s runtime cannot import a %s archive", rt.Kind(), sb.Archive.Kind)
 	}
 	// A copy found here is one a restore cut short left: never trusted.
 	if st, err := rt.Inspect(ctx, ref(sb)); err == nil && st.DiskExists {
@@ -145,7 +176,14 @@ func (e *Engine) fetchArchive(ctx context.Context, rt torpor.Runtime, sb *torpor
 	}
 	defer r.Close()
 	start := time.Now()
-	if err := arch.ImportDisk(ctx, sb.ID, r); err != nil {
+	if snap != nil {
+		info, err := snap.ImportSnapshot(ctx, sb.ID, r)
+		if err != nil {
+			_ = e.destroyInstance(ctx, rt, sb)
+			return fmt.Errorf("restore the archive of %s: %w", sb.ID, err)
+		}
+		sb.Snapshot = &info
+	} else if err := arch.ImportDisk(ctx, sb.ID, r); err != nil {
 		_ = e.destroyInstance(ctx, rt, sb)
 		return fmt.Errorf("restore the archive of %s: %w", sb.ID, err)
 	}
@@ -154,6 +192,21 @@ func (e *Engine) fetchArchive(ctx context.Context, rt torpor.Runtime, sb *torpor
 	sb.RestoredFromArchiveAt = &now
 	e.log.Info("sandbox restored from its archive", "sandbox", sb.ID, "bytes", sb.Archive.Bytes, "took", time.Since(start))
 	return nil
+}
+
+// restoreSnapshotArchive brings archived sb, whose archive holds its disk
+// and memory snapshot, back to paused on this node (its archive still
+// named, until its resume is stored).
+func (e *Engine) restoreSnapshotArchive(ctx context.Context, sb *torpor.Sandbox, cause string) error {
+	rt, err := e.runtime(sb.Runtime.Kind)
+	if err != nil {
+		return err
+	}
+	if err := e.fetchArchive(ctx, rt, sb); err != nil {
+		sb.Snapshot = nil
+		return err
+	}
+	return e.setState(ctx, sb, torpor.StatePaused, e.event(sb, torpor.EventPaused, "cause", cause, "mode", string(torpor.PauseSnapshot), "restored_from", "archive"))
 }
 
 // finishRestore removes the archive of sb once a state that does not need
@@ -180,20 +233,25 @@ func (e *Engine) dropArchive(ctx context.Context, key string) {
 }
 
 // reconcileArchive puts right, after a restart, what an archive or a
-// restore cut short left: an archiving sandbox goes back to hibernated
-// (its working copy is still here) and its half-written archive goes; an
+// restore cut short left: an archiving sandbox goes back to hibernated,
+// or paused for a snapshot's archive (its working copy is still here) and its half-written archive goes; an
 // archived one's working copy (not yet removed, or a restore's partial
 // import) goes; a sandbox that left the archived state keeps its disk here
 // and its archive goes. It reports whether it handled sb.
 func (e *Engine) reconcileArchive(ctx context.Context, rt torpor.Runtime, sb *torpor.Sandbox, st torpor.InstanceStatus) (bool, error) {
 	switch {
 	case sb.State == torpor.StateArchiving:
-		key := ""
+		key, back := "", e.event(sb, torpor.EventHibernated, "cause", CauseReconcile, "reason", "archive cut short")
+		to := torpor.StateHibernated
 		if sb.Archive != nil {
 			key = sb.Archive.Key
+			if sb.Archive.Kind == archiveSnapshot {
+				// Its snapshot and disk are still here: paused again.
+				to, back = torpor.StatePaused, e.event(sb, torpor.EventPaused, "cause", CauseReconcile, "mode", string(torpor.PauseSnapshot), "reason", "archive cut short")
+			}
 		}
 		sb.Archive = nil
-		if err := e.setState(ctx, sb, torpor.StateHibernated, e.event(sb, torpor.EventHibernated, "cause", CauseReconcile, "reason", "archive cut short")); err != nil {
+		if err := e.setState(ctx, sb, to, back); err != nil {
 			return true, err
 		}
 		e.dropArchive(ctx, key)

@@ -76,6 +76,69 @@ func newArchived(e *env) string {
 	return id
 }
 
+func newArchivedSnapshot(e *env) string {
+	id := newPaused(torpor.PauseSnapshot)(e)
+	e.clock.Advance(time.Second)
+	must(e.eng.Archive(ctx, "acme", id))
+	return id
+}
+
+// A sandbox paused to a memory snapshot is archived whole, disk and
+// snapshot, by the same policy, and a start brings it back where it
+// stopped: resumed from its snapshot, not booted again.
+func TestArchiveSnapshotPausedResumes(t *testing.T) {
+	e := newEnv(t)
+	e.host.FilesDir = t.TempDir()
+	sb := e.create(torpor.CreateRequest{PolicyRequest: torpor.PolicyRequest{LifecyclePolicy: &torpor.LifecyclePolicy{
+		ArchiveAfterHibernatedSeconds: torpor.Seconds(60),
+	}}})
+	id := sb.ID
+	if err := os.MkdirAll(filepath.Join(e.host.FilesDir, id), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(e.host.FilesDir, id, "f"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	must(e.eng.Pause(ctx, "acme", id, torpor.PauseSnapshot))
+	if got := e.get(id); len(got.UpcomingEvents) != 1 || got.UpcomingEvents[0].Action != torpor.ActionArchive {
+		t.Fatalf("a snapshot-paused sandbox's upcoming events: %+v", got.UpcomingEvents)
+	}
+	boots := e.get(id).Boots
+	e.clock.Advance(61 * time.Second)
+	e.waitState(id, torpor.StateArchived)
+	waitFor(t, func() bool { return !e.host.HasDisk(id) && !e.host.HasSnapshot(id) })
+	got := e.get(id)
+	if got.Archive == nil || got.Archive.Kind != "snapshot" || got.Snapshot != nil {
+		t.Fatalf("archived: archive %+v, snapshot %+v", got.Archive, got.Snapshot)
+	}
+	e.checkArchives(got)
+	if err := os.RemoveAll(filepath.Join(e.host.FilesDir, id)); err != nil {
+		t.Fatal(err)
+	}
+	sb, err := e.eng.Start(ctx, "acme", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Resumed, not booted: its boot count is the one before the archive.
+	if sb.State != torpor.StateRunning || sb.Boots != boots || sb.Meters.Resumes != 1 || sb.RestoredFromArchiveAt == nil {
+		t.Fatalf("after start: %s, boots %d (was %d), resumes %d, restored %v", sb.State, sb.Boots, boots, sb.Meters.Resumes, sb.RestoredFromArchiveAt)
+	}
+	if b, err := os.ReadFile(filepath.Join(e.host.FilesDir, id, "f")); err != nil || string(b) != "x" {
+		t.Fatalf("the file after the restore: %q %v", b, err)
+	}
+	e.checkArchives(sb)
+	var resumed *torpor.Event
+	for _, ev := range e.events(id) {
+		if ev.Type == torpor.EventResumed {
+			resumed = &ev
+		}
+	}
+	if resumed == nil || resumed.Attrs["restored_from"] != "archive" {
+		t.Fatalf("the resume's event %+v does not say it came from the archive", resumed)
+	}
+	e.checkLedger(id)
+}
+
 // archivePolicy is a create request whose sandbox hibernates after 10
 // idle seconds and is archived 60 seconds after that.
 func archivePolicy() torpor.CreateRequest {

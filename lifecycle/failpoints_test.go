@@ -157,6 +157,20 @@ var crashPaths = []crashPath{
 		{"archiving.after-upload", torpor.StateHibernated},
 		{"archived.after-store", torpor.StateArchived},
 	}},
+	{"archive snapshotted", newPaused(torpor.PauseSnapshot), doArchive, []crashPoint{
+		{"archiving.before-store", torpor.StatePaused},
+		{"archiving.after-store", torpor.StatePaused},
+		{"archiving.after-upload", torpor.StatePaused},
+		{"archived.after-store", torpor.StateArchived},
+	}},
+	{"start archived snapshot", newArchivedSnapshot, doStart, []crashPoint{
+		{"restoring.before-import", torpor.StateArchived},
+		{"restoring.after-import", torpor.StateArchived},
+		{"resuming.before-store", torpor.StatePaused},
+		{"resuming.before-runtime", torpor.StateRunning},
+		{"resumed.after-store", torpor.StateRunning},
+		{"restored.before-drop", torpor.StateRunning},
+	}},
 	{"start archived", newArchived, doStart, []crashPoint{
 		{"restoring.before-import", torpor.StateArchived},
 		{"restoring.after-import", torpor.StateArchived},

@@ -76,7 +76,17 @@ func idlePlan(sb *torpor.Sandbox, maxPaused time.Duration) []torpor.ScheduledEve
 	case torpor.StatePaused:
 		// Only hibernation acts on a paused sandbox: its idle timeout never
 		// deletes it.
-		if next, ok := pausedDeadline(sb.StateSince, p, maxPaused); ok {
+		next, ok := pausedDeadline(sb.StateSince, p, maxPaused)
+		if sb.PauseMode == torpor.PauseSnapshot && sb.Accel == nil && p.ArchiveAfterHibernated > 0 {
+			// A sandbox paused to a snapshot is archived, memory and all,
+			// after as long as a hibernated one, unless it hibernates
+			// first.
+			arch := torpor.ScheduledEvent{Action: torpor.ActionArchive, At: sb.StateSince.Add(p.ArchiveAfterHibernated), Cause: CauseIdle}
+			if !ok || arch.At.Before(next.At) {
+				return []torpor.ScheduledEvent{arch}
+			}
+		}
+		if ok {
 			return withArchive([]torpor.ScheduledEvent{next}, p)
 		}
 	case torpor.StateHibernated:

@@ -268,6 +268,18 @@ func (e *Engine) Start(ctx context.Context, tenant, id string) (*torpor.Sandbox,
 }
 
 func (e *Engine) start(ctx context.Context, sb *torpor.Sandbox, cause string) error {
+	if sb.State == torpor.StateArchived && sb.Archive != nil && sb.Archive.Kind == archiveSnapshot {
+		// Its disk and memory are in its archive: back to paused, then
+		// resumed where it stopped (archive.go).
+		if err := e.restoreSnapshotArchive(ctx, sb, cause); err != nil {
+			return err
+		}
+		err := e.resume(ctx, sb, cause)
+		if ferr := e.finishRestore(ctx, sb); ferr != nil && err == nil {
+			err = ferr
+		}
+		return err
+	}
 	switch sb.State {
 	case torpor.StateRunning:
 		return nil
@@ -351,7 +363,11 @@ func (e *Engine) resume(ctx context.Context, sb *torpor.Sandbox, cause string) e
 	if auto {
 		sb.Meters.AutoResumed++
 	}
-	if err := e.setState(ctx, sb, torpor.StateRunning, e.event(sb, torpor.EventResumed, "cause", cause, "auto", strconv.FormatBool(auto))); err != nil {
+	kv := []string{"cause", cause, "auto", strconv.FormatBool(auto)}
+	if sb.Archive != nil {
+		kv = append(kv, "restored_from", "archive")
+	}
+	if err := e.setState(ctx, sb, torpor.StateRunning, e.event(sb, torpor.EventResumed, kv...)); err != nil {
 		if !inBetween {
 			// The store still says paused, and the caller hears that the
 			// resume failed: the instance is frozen again, as a restart's

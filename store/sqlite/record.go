@@ -68,6 +68,7 @@ type remoteRecord struct {
 // archiveRecord is where an archived sandbox's disk is kept.
 type archiveRecord struct {
 	Key        string `json:"key"`
+	Kind       string `json:"kind,omitempty"`
 	Bytes      int64  `json:"bytes,omitempty"`
 	ArchivedAt int64  `json:"archived_at_us,omitempty"`
 }
@@ -248,7 +249,7 @@ func encodeRecord(sb *torpor.Sandbox) (string, error) {
 		r.Remote = &remoteRecord{Manifest: rs.Manifest, Bytes: rs.Bytes, Boots: rs.Boots, UploadedAt: micros(rs.UploadedAt), Host: rs.Host}
 	}
 	if a := sb.Archive; a != nil {
-		r.Archive = &archiveRecord{Key: a.Key, Bytes: a.Bytes}
+		r.Archive = &archiveRecord{Key: a.Key, Kind: a.Kind, Bytes: a.Bytes}
 		if !a.ArchivedAt.IsZero() {
 			r.Archive.ArchivedAt = micros(a.ArchivedAt)
 		}
@@ -342,7 +343,7 @@ func decodeRecord(sb *torpor.Sandbox, data string) error {
 		sb.Remote = &torpor.RemoteState{Manifest: rs.Manifest, Bytes: rs.Bytes, Boots: rs.Boots, UploadedAt: fromMicros(rs.UploadedAt), Host: rs.Host}
 	}
 	if a := r.Archive; a != nil {
-		sb.Archive = &torpor.ArchiveInfo{Key: a.Key, Bytes: a.Bytes}
+		sb.Archive = &torpor.ArchiveInfo{Key: a.Key, Kind: a.Kind, Bytes: a.Bytes}
 		if a.ArchivedAt != 0 {
 			sb.Archive.ArchivedAt = fromMicros(a.ArchivedAt)
 		}

@@ -69,7 +69,7 @@ func fullSandbox(id, tenant string) *torpor.Sandbox {
 			ConnectionIdleSeconds:         torpor.Seconds(30),
 			ArchiveAfterHibernatedSeconds: torpor.Seconds(86400),
 		},
-		Archive:               &torpor.ArchiveInfo{Key: "archives/sb/3-abc.tar.zst", Bytes: 12345, ArchivedAt: at(2*time.Hour + 29*time.Microsecond)},
+		Archive:               &torpor.ArchiveInfo{Key: "archives/sb/3-abc.tar.zst", Kind: "snapshot", Bytes: 12345, ArchivedAt: at(2*time.Hour + 29*time.Microsecond)},
 		RestoredFromArchiveAt: ptime(at(time.Hour + 31*time.Microsecond)),
 		Meters: torpor.Meters{UsageSeconds: torpor.UsageSeconds{RunningS: 1.5, FrozenS: 2.25, SnapshotPausedS: 3, HibernatedS: 4, ArchivedS: 5.5, ResidentS: 3.75, BilledS: 3.75}, Cost: 0.0125,
 			Pauses: 1, AutoPaused: 2, Resumes: 3, AutoResumed: 4, Hibernations: 5, AutoHibernated: 6},
