@@ -95,6 +95,9 @@ const (
 	ActionKill      = "kill"
 	ActionPause     = "pause"
 	ActionHibernate = "hibernate"
+	// ActionArchive packs a hibernated sandbox's disk into its archive
+	// (docs/archive.md); only the idle engine does it.
+	ActionArchive = "archive"
 )
 
 // Lifecycle is the CubeSandbox form of the idle policy (with Timeout on
@@ -116,6 +119,9 @@ type LifecyclePolicy struct {
 	PauseAfterIdleSeconds       OptSeconds `json:"pause_after_idle_seconds,omitzero"`
 	HibernateAfterPausedSeconds OptSeconds `json:"hibernate_after_paused_seconds,omitzero"`
 	ConnectionIdleSeconds       OptSeconds `json:"connection_idle_seconds,omitzero"`
+	// ArchiveAfterHibernatedSeconds archives a sandbox hibernated this
+	// long (docs/archive.md).
+	ArchiveAfterHibernatedSeconds OptSeconds `json:"archive_after_hibernated_seconds,omitzero"`
 }
 
 // Policy is the one internal idle policy both forms map onto.
@@ -130,6 +136,9 @@ type Policy struct {
 	// activity.
 	ConnectionIdle time.Duration
 	AutoResume     bool
+	// ArchiveAfterHibernated archives a sandbox hibernated this long (0:
+	// never).
+	ArchiveAfterHibernated time.Duration
 }
 
 // MaxPolicySeconds bounds every policy duration (one year).
@@ -143,7 +152,8 @@ const MaxPolicySeconds = 365 * 24 * 3600
 //   - connection_idle_seconds C: a silent connection stops counting after C;
 //   - auto_resume: true unless set false.
 func (s *Sandbox) Policy() Policy {
-	p := Policy{AutoResume: true, ConnectionIdle: s.LifecyclePolicy.ConnectionIdleSeconds.Duration()}
+	p := Policy{AutoResume: true, ConnectionIdle: s.LifecyclePolicy.ConnectionIdleSeconds.Duration(),
+		ArchiveAfterHibernated: s.LifecyclePolicy.ArchiveAfterHibernatedSeconds.Duration()}
 	if s.Lifecycle != nil && s.Lifecycle.AutoResume != nil {
 		p.AutoResume = *s.Lifecycle.AutoResume
 	}
@@ -216,6 +226,7 @@ func (r PolicyRequest) Validate() error {
 			{"lifecycle_policy.pause_after_idle_seconds", lp.PauseAfterIdleSeconds, 1},
 			{"lifecycle_policy.hibernate_after_paused_seconds", lp.HibernateAfterPausedSeconds, 1},
 			{"lifecycle_policy.connection_idle_seconds", lp.ConnectionIdleSeconds, 1},
+			{"lifecycle_policy.archive_after_hibernated_seconds", lp.ArchiveAfterHibernatedSeconds, 1},
 		} {
 			if err := checkSeconds(f.name, f.v, f.min); err != nil {
 				return err
@@ -303,6 +314,9 @@ func (r PolicyRequest) Apply(s *Sandbox, now time.Time) {
 		if lp.ConnectionIdleSeconds.Set {
 			s.LifecyclePolicy.ConnectionIdleSeconds = lp.ConnectionIdleSeconds
 		}
+		if lp.ArchiveAfterHibernatedSeconds.Set {
+			s.LifecyclePolicy.ArchiveAfterHibernatedSeconds = lp.ArchiveAfterHibernatedSeconds
+		}
 	}
 }
 
@@ -323,5 +337,6 @@ type Schedule struct {
 	PauseAt        *time.Time       `json:"pause_at"`
 	HibernatesAt   *time.Time       `json:"hibernates_at"`
 	KillAt         *time.Time       `json:"kill_at"`
+	ArchivesAt     *time.Time       `json:"archives_at,omitempty"`
 	UpcomingEvents []ScheduledEvent `json:"upcoming_events"`
 }

@@ -25,13 +25,19 @@ const (
 	StateTerminating State = "terminating"
 	StateTerminated  State = "terminated"
 	StateFailed      State = "failed"
+	// StateArchiving and StateArchived: a sandbox hibernated for its
+	// policy's archive_after_hibernated_seconds has its disk packed into
+	// one compressed archive in an object store and its working copy
+	// freed from the node (docs/archive.md). A start restores it.
+	StateArchiving State = "archiving"
+	StateArchived  State = "archived"
 )
 
 // AllStates lists every state in lifecycle order.
 var AllStates = []State{
 	StateStarting, StateRunning, StatePausing, StatePaused, StateResuming,
 	StateHibernating, StateHibernated, StateRestarting, StateTerminating,
-	StateTerminated, StateFailed,
+	StateTerminated, StateFailed, StateArchiving, StateArchived,
 }
 
 // Valid reports whether s is one of the known states.
@@ -48,7 +54,7 @@ func (s State) Valid() bool {
 // passes through (and that a restarted daemon must finish or roll back).
 func (s State) Transitional() bool {
 	switch s {
-	case StateStarting, StatePausing, StateResuming, StateHibernating, StateRestarting, StateTerminating:
+	case StateStarting, StatePausing, StateResuming, StateHibernating, StateRestarting, StateTerminating, StateArchiving:
 		return true
 	}
 	return false
@@ -79,6 +85,19 @@ type Failure struct {
 	Code     string `json:"code"`
 	Message  string `json:"message"`
 	ExitCode *int   `json:"exit_code,omitempty"`
+}
+
+// ArchiveInfo says where an archived sandbox's disk is: one compressed
+// archive (the runtime's disk export) under Key in the archive store.
+type ArchiveInfo struct {
+	Key   string `json:"key"`
+	Bytes int64  `json:"bytes"`
+	// Kind is what was archived: "disk" (a hibernated sandbox's disk) or
+	// "snapshot" (a sandbox paused by snapshot: its disk and memory, which
+	// a start restores to paused and resumes).
+	Kind string `json:"kind"`
+	// ArchivedAt is when the archive was finished (zero while archiving).
+	ArchivedAt time.Time `json:"archived_at,omitzero"`
 }
 
 // Resources are the limits a sandbox runs under.
@@ -159,6 +178,12 @@ type Sandbox struct {
 	// object store keeps it.
 	Durability Durability   `json:"durability"`
 	Remote     *RemoteState `json:"-"`
+	// Archive is where an archived (or archiving) sandbox's disk is kept
+	// (docs/archive.md); nil otherwise.
+	Archive *ArchiveInfo `json:"archive,omitempty"`
+	// RestoredFromArchiveAt is when the sandbox was last restored from its
+	// archive (a start of an archived sandbox); nil if it never was.
+	RestoredFromArchiveAt *time.Time `json:"restored_from_archive_at,omitempty"`
 	// Pool names the template of the warm pool a sandbox is a ready
 	// member of, owned by PoolTenant and shown to no one; empty for every
 	// sandbox a tenant owns, a claimed one included.
@@ -254,6 +279,14 @@ func (s *Sandbox) Clone() *Sandbox {
 	if s.Accel != nil {
 		a := *s.Accel
 		c.Accel = &a
+	}
+	if s.Archive != nil {
+		a := *s.Archive
+		c.Archive = &a
+	}
+	if s.RestoredFromArchiveAt != nil {
+		t := *s.RestoredFromArchiveAt
+		c.RestoredFromArchiveAt = &t
 	}
 	if s.Remote != nil {
 		r := *s.Remote
@@ -364,6 +397,11 @@ const (
 	EventUploaded = "sandbox.uploaded"
 	EventReleased = "sandbox.released"
 	EventClaimed  = "sandbox.claimed"
+	// EventArchived: a hibernated sandbox's disk is in its archive and its
+	// working copy is gone from the node (docs/archive.md). A start that
+	// restores it says so on its sandbox.started event (restored_from
+	// archive).
+	EventArchived = "sandbox.archived"
 )
 
 const idAlphabet = "abcdefghijklmnopqrstuvwxyz0123456789"

@@ -21,12 +21,16 @@ const (
 	// UsageHibernated: no processes; only the disk is held. A failed
 	// sandbox keeps its disk and is metered the same way.
 	UsageHibernated UsageKind = "hibernated"
+	// UsageArchived: the disk is packed in its compressed archive in an
+	// object store (docs/archive.md); only the archive's bytes are held,
+	// charged at the archive price.
+	UsageArchived UsageKind = "archived"
 	// UsageNone: terminated; nothing is held and nothing is charged.
 	UsageNone UsageKind = ""
 )
 
 // UsageKinds lists the kinds that are metered.
-var UsageKinds = []UsageKind{UsageRunning, UsageFrozen, UsageSnapshotPaused, UsageHibernated}
+var UsageKinds = []UsageKind{UsageRunning, UsageFrozen, UsageSnapshotPaused, UsageHibernated, UsageArchived}
 
 // Resident reports whether a sandbox holds memory in this kind.
 func (k UsageKind) Resident() bool { return k == UsageRunning || k == UsageFrozen }
@@ -48,6 +52,8 @@ func UsageKindOf(s State, mode PauseMode, prev UsageKind) UsageKind {
 		return UsageFrozen
 	case StateHibernated, StateFailed:
 		return UsageHibernated
+	case StateArchived:
+		return UsageArchived
 	case StateTerminated:
 		return UsageNone
 	}
@@ -76,6 +82,7 @@ type UsageSeconds struct {
 	FrozenS         float64 `json:"frozen_s"`
 	SnapshotPausedS float64 `json:"snapshot_paused_s"`
 	HibernatedS     float64 `json:"hibernated_s"`
+	ArchivedS       float64 `json:"archived_s"`
 	// ResidentS counts the seconds the sandbox held memory (running or
 	// frozen); BilledS the seconds it was charged for compute (CPU or
 	// memory), which for a container or VM is the same.
@@ -94,6 +101,8 @@ func (u *UsageSeconds) add(r UsageRecord) {
 		u.SnapshotPausedS += r.Seconds
 	case UsageHibernated:
 		u.HibernatedS += r.Seconds
+	case UsageArchived:
+		u.ArchivedS += r.Seconds
 	}
 	if r.Kind.Resident() {
 		u.ResidentS += r.Seconds
@@ -125,8 +134,8 @@ func (m *Meters) Add(r UsageRecord) {
 }
 
 func (m Meters) String() string {
-	return fmt.Sprintf("running %.0fs, frozen %.0fs, snapshot-paused %.0fs, hibernated %.0fs; cost %.6f; pauses %d (auto %d), resumes %d (auto %d), hibernations %d (auto %d)",
-		m.RunningS, m.FrozenS, m.SnapshotPausedS, m.HibernatedS, m.Cost,
+	return fmt.Sprintf("running %.0fs, frozen %.0fs, snapshot-paused %.0fs, hibernated %.0fs, archived %.0fs; cost %.6f; pauses %d (auto %d), resumes %d (auto %d), hibernations %d (auto %d)",
+		m.RunningS, m.FrozenS, m.SnapshotPausedS, m.HibernatedS, m.ArchivedS, m.Cost,
 		m.Pauses, m.AutoPaused, m.Resumes, m.AutoResumed, m.Hibernations, m.AutoHibernated)
 }
 
@@ -161,6 +170,9 @@ type Pricing struct {
 	MemoryGiBSecond  float64 `json:"memory_gib_second"`
 	DiskGiBMonth     float64 `json:"disk_gib_month"`
 	SnapshotGiBMonth float64 `json:"snapshot_gib_month"`
+	// ArchiveGiBMonth prices an archived sandbox's archive (its
+	// compressed bytes, docs/archive.md).
+	ArchiveGiBMonth float64 `json:"archive_gib_month"`
 }
 
 // SecondsPerMonth is the month of the per-GiB-month prices: 30 days.
@@ -174,6 +186,7 @@ var DefaultPricing = Pricing{
 	MemoryGiBSecond:  0.0000045,
 	DiskGiBMonth:     0.08,
 	SnapshotGiBMonth: 0.05,
+	ArchiveGiBMonth:  0.02,
 }
 
 // Validate refuses negative prices.
@@ -181,6 +194,7 @@ func (p Pricing) Validate() error {
 	for name, v := range map[string]float64{
 		"pricing.vcpu_second": p.VCPUSecond, "pricing.memory_gib_second": p.MemoryGiBSecond,
 		"pricing.disk_gib_month": p.DiskGiBMonth, "pricing.snapshot_gib_month": p.SnapshotGiBMonth,
+		"pricing.archive_gib_month": p.ArchiveGiBMonth,
 	} {
 		if v < 0 {
 			return Invalid(name, "a price must not be negative")
@@ -193,7 +207,9 @@ func (p Pricing) Validate() error {
 //   - running: vCPUs, memory and disk;
 //   - frozen: memory and disk (the memory is still held);
 //   - snapshot_paused: disk and the snapshot's size;
-//   - hibernated (and failed): disk.
+//   - hibernated (and failed): disk;
+//   - archived: the archive's compressed bytes, as DiskGiBSeconds of the
+//     row (its kind says which disk), at ArchiveGiBMonth.
 func (p Pricing) Charge(sb *Sandbox, kind UsageKind, start, end time.Time) UsageRecord {
 	secs := end.Sub(start).Seconds()
 	r := UsageRecord{SandboxID: sb.ID, Tenant: sb.Tenant, Kind: kind, Start: start, End: end, Seconds: secs}
@@ -215,6 +231,12 @@ func (p Pricing) Charge(sb *Sandbox, kind UsageKind, start, end time.Time) Usage
 		}
 	case UsageHibernated:
 		r.DiskGiBSeconds = disk * secs
+	case UsageArchived:
+		if sb.Archive != nil {
+			r.DiskGiBSeconds = float64(sb.Archive.Bytes) / (1 << 30) * secs
+		}
+		r.Cost = r.DiskGiBSeconds * p.ArchiveGiBMonth / SecondsPerMonth
+		return r
 	}
 	r.Cost = r.VCPUSeconds*p.VCPUSecond + r.MemoryGiBSeconds*p.MemoryGiBSecond +
 		(r.DiskGiBSeconds*p.DiskGiBMonth+r.SnapshotGiBSeconds*p.SnapshotGiBMonth)/SecondsPerMonth
@@ -388,6 +410,8 @@ func SpansOfEvents(events []Event, end time.Time) []UsageSpan {
 				// Lost with its node: it holds nothing any more.
 				next = UsageNone
 			}
+		case EventArchived:
+			next = UsageArchived
 		case EventTerminated:
 			next = UsageNone
 		}

@@ -167,6 +167,7 @@ func (s *Server) routes() []route {
 		{"POST", "/v1/sandboxes/{id}/resume", s.start, false, tenantOne},
 		{"POST", "/v1/sandboxes/{id}/connect", s.start, false, tenantOne},
 		{"POST", "/v1/sandboxes/{id}/hibernate", s.verb((*lifecycle.Engine).Hibernate), false, tenantOne},
+		{"POST", "/v1/sandboxes/{id}/archive", s.verb((*lifecycle.Engine).Archive), false, tenantOne},
 		{"POST", "/v1/sandboxes/{id}/restart", s.verb((*lifecycle.Engine).Restart), false, tenantOne},
 		{"POST", "/v1/sandboxes/{id}/touch", s.verb((*lifecycle.Engine).Touch), false, tenantOne},
 		{"POST", "/v1/sandboxes/{id}/exec", s.exec, false, tenantOne},

@@ -330,6 +330,12 @@ func (c *Client) Hibernate(ctx context.Context, id string) (*torpor.Sandbox, err
 	return c.verb(ctx, id, "hibernate", nil)
 }
 
+// Archive packs a hibernated sandbox's disk into its archive now, as its
+// archive_after_hibernated_seconds would (docs/archive.md).
+func (c *Client) Archive(ctx context.Context, id string) (*torpor.Sandbox, error) {
+	return c.verb(ctx, id, "archive", nil)
+}
+
 // Restart boots a running sandbox again on a fresh instance.
 func (c *Client) Restart(ctx context.Context, id string) (*torpor.Sandbox, error) {
 	return c.verb(ctx, id, "restart", nil)

@@ -75,7 +75,10 @@ type Config struct {
 	DefaultPauseAfterIdle       int64   `toml:"default_pause_after_idle_seconds"`
 	DefaultHibernateAfterPaused int64   `toml:"default_hibernate_after_paused_seconds"`
 	DefaultConnectionIdle       int64   `toml:"default_connection_idle_seconds"`
-	CPUActivityThreshold        float64 `toml:"cpu_activity_threshold"`
+	// DefaultArchiveAfterHibernated is archive_after_hibernated_seconds of
+	// a sandbox that sets none (docs/archive.md).
+	DefaultArchiveAfterHibernated int64   `toml:"default_archive_after_hibernated_seconds"`
+	CPUActivityThreshold          float64 `toml:"cpu_activity_threshold"`
 	// MaxUploadMiB bounds one file or tar upload through the API (0: none).
 	MaxUploadMiB int64 `toml:"max_upload_mib"`
 	// The request rate of each tenant key on the native and E2B APIs
@@ -93,6 +96,7 @@ type Config struct {
 	PricingMemoryGiBSecond  float64 `toml:"pricing_memory_gib_second"`
 	PricingDiskGiBMonth     float64 `toml:"pricing_disk_gib_month"`
 	PricingSnapshotGiBMonth float64 `toml:"pricing_snapshot_gib_month"`
+	PricingArchiveGiBMonth  float64 `toml:"pricing_archive_gib_month"`
 	SettleSeconds           int64   `toml:"settle_seconds"`
 	// GPUSim runs GPU sandboxes on a simulated GPU host (docs/gpu.md),
 	// with a hard cap when GPUSimHardCap.
@@ -206,6 +210,7 @@ func (c *Config) settings() []setting {
 		{"default_pause_after_idle_seconds", "pause_after_idle_seconds of a sandbox that sets no idle policy (0: off)", &c.DefaultPauseAfterIdle},
 		{"default_hibernate_after_paused_seconds", "hibernate_after_paused_seconds of a sandbox that sets none (0: off)", &c.DefaultHibernateAfterPaused},
 		{"default_connection_idle_seconds", "connection_idle_seconds of a sandbox that sets none (0: off)", &c.DefaultConnectionIdle},
+		{"default_archive_after_hibernated_seconds", "archive_after_hibernated_seconds of a sandbox that sets none: archive a sandbox hibernated this long (0: off)", &c.DefaultArchiveAfterHibernated},
 		{"cpu_activity_threshold", "count a sandbox using at least this many CPUs on average as active (e.g. 0.1; 0: off)", &c.CPUActivityThreshold},
 		{"max_upload_mib", "largest file or tar archive one upload may send, in MiB (0: no limit)", &c.MaxUploadMiB},
 		{"rate_limit_per_second", "requests a second each tenant key may send, sustained, to the native and E2B APIs; admin keys are exempt (0: no limit)", &c.RateLimitPerSecond},
@@ -216,6 +221,7 @@ func (c *Config) settings() []setting {
 		{"pricing_memory_gib_second", "price of one GiB of memory for a second (running or frozen)", &c.PricingMemoryGiBSecond},
 		{"pricing_disk_gib_month", "price of one GiB of disk for 30 days (in every state but terminated)", &c.PricingDiskGiBMonth},
 		{"pricing_snapshot_gib_month", "price of one GiB of memory snapshot for 30 days (snapshot-paused)", &c.PricingSnapshotGiBMonth},
+		{"pricing_archive_gib_month", "price of one GiB of archive (compressed) for 30 days (archived)", &c.PricingArchiveGiBMonth},
 		{"settle_seconds", "how often open usage intervals are written to the ledger; must divide a day", &c.SettleSeconds},
 		{"gpu_sim", "run GPU sandboxes (accel) on a simulated GPU host, for demos and tests", &c.GPUSim},
 		{"gpu_sim_hard_cap", "the simulated GPU host enforces a per-lease VRAM cap", &c.GPUSimHardCap},
@@ -282,6 +288,7 @@ func DefaultConfig() Config {
 		PricingMemoryGiBSecond:  torpor.DefaultPricing.MemoryGiBSecond,
 		PricingDiskGiBMonth:     torpor.DefaultPricing.DiskGiBMonth,
 		PricingSnapshotGiBMonth: torpor.DefaultPricing.SnapshotGiBMonth,
+		PricingArchiveGiBMonth:  torpor.DefaultPricing.ArchiveGiBMonth,
 		SettleSeconds:           3600,
 		VMAccel:                 "auto",
 		E2BTemplates:            e2btemplates.DefaultAliases,
@@ -421,7 +428,8 @@ func (c Config) validate() error {
 		name string
 		n    int64
 	}{{"max_paused_seconds", c.MaxPausedSeconds}, {"default_pause_after_idle_seconds", c.DefaultPauseAfterIdle},
-		{"default_hibernate_after_paused_seconds", c.DefaultHibernateAfterPaused}, {"default_connection_idle_seconds", c.DefaultConnectionIdle}} {
+		{"default_hibernate_after_paused_seconds", c.DefaultHibernateAfterPaused}, {"default_connection_idle_seconds", c.DefaultConnectionIdle},
+		{"default_archive_after_hibernated_seconds", c.DefaultArchiveAfterHibernated}} {
 		if v.n < 0 || v.n > torpor.MaxPolicySeconds {
 			return fmt.Errorf("%s must be between 0 (off) and %d, got %d", v.name, torpor.MaxPolicySeconds, v.n)
 		}
@@ -488,7 +496,8 @@ func (c Config) validate() error {
 // pricing is the ledger's pricing table.
 func (c Config) pricing() torpor.Pricing {
 	return torpor.Pricing{Currency: c.PricingCurrency, VCPUSecond: c.PricingVCPUSecond, MemoryGiBSecond: c.PricingMemoryGiBSecond,
-		DiskGiBMonth: c.PricingDiskGiBMonth, SnapshotGiBMonth: c.PricingSnapshotGiBMonth}
+		DiskGiBMonth: c.PricingDiskGiBMonth, SnapshotGiBMonth: c.PricingSnapshotGiBMonth,
+		ArchiveGiBMonth: c.PricingArchiveGiBMonth}
 }
 
 // networkPrefix parses network_cidr: an IPv4 range from /8 to /29.

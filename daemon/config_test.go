@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/spf13/pflag"
+
+	"github.com/torpor-dev/torpor"
 )
 
 func TestConfigLayers(t *testing.T) {
@@ -57,6 +59,13 @@ func TestConfigLayers(t *testing.T) {
 			func(c Config) bool { return c.RateLimitPerSecond == 2.5 && c.RateLimitBurst == 5 }},
 		{"rate limits off", nil, []string{"--rate-limit-per-second", "0"}, func(c Config) bool { return c.RateLimitPerSecond == 0 }},
 		{"no warm pools by default", nil, nil, func(c Config) bool { return len(c.WarmPools) == 0 }},
+		{"no archive by default", nil, nil, func(c Config) bool {
+			return c.DefaultArchiveAfterHibernated == 0 && !c.defaultPolicy().ArchiveAfterHibernatedSeconds.On() && c.pricing().ArchiveGiBMonth == 0.02
+		}},
+		{"archive default and price from env and flags", map[string]string{"TORPOR_DEFAULT_ARCHIVE_AFTER_HIBERNATED_SECONDS": "604800"}, []string{"--pricing-archive-gib-month", "0.01"},
+			func(c Config) bool {
+				return c.defaultPolicy().ArchiveAfterHibernatedSeconds == torpor.Seconds(604800) && c.pricing().ArchiveGiBMonth == 0.01
+			}},
 		{"warm pools from the file, env and repeated flags, each over the one before", map[string]string{"TORPOR_WARM_POOLS": "python=3, go=1:internet"},
 			[]string{"--config", pools, "--warm-pool", "base=1", "--warm-pool", "rust=0"},
 			func(c Config) bool {
@@ -126,6 +135,7 @@ func TestConfigErrors(t *testing.T) {
 		{"negative rate limit", nil, []string{"--rate-limit-per-second", "-1"}, "rate_limit_per_second must be between 0"},
 		{"no burst", map[string]string{"TORPOR_RATE_LIMIT_BURST": "0"}, nil, "rate_limit_burst must be between 1"},
 		{"a warm pool without a size", nil, []string{"--warm-pool", "base"}, "--warm-pool"},
+		{"negative archive default", nil, []string{"--default-archive-after-hibernated-seconds", "-1"}, "default_archive_after_hibernated_seconds must be between 0"},
 		{"a warm pool too big", map[string]string{"TORPOR_WARM_POOLS": "base=65"}, nil, "TORPOR_WARM_POOLS"},
 		{"a negative warm pool in the file", nil, []string{"--config", badPool}, "warm_pools"},
 		{"webhook range not a CIDR", nil, []string{"--webhook-allow-cidrs", "127.0.0.1"}, "webhook_allow_cidrs: \"127.0.0.1\" is not a CIDR range"},

@@ -88,6 +88,10 @@ func Run(ctx context.Context, cfg Config, opt Options) error {
 	if err != nil {
 		return err
 	}
+	archives, err := openArchives(ctx, cfg, objects)
+	if err != nil {
+		return err
+	}
 	secret, err := cfg.fleetSecret()
 	if err != nil {
 		return err
@@ -168,6 +172,7 @@ func Run(ctx context.Context, cfg Config, opt Options) error {
 		Failpoint:      failpoint(opt.Getenv(FailpointEnv), log),
 		WarmPools:      warmPools,
 		DataDiskFull:   func() bool { return diskFull(cfg.DataDir) },
+		Archives:       archives,
 	})
 	if err != nil {
 		return err
@@ -367,9 +372,10 @@ func (c Config) defaultPolicy() torpor.LifecyclePolicy {
 		return torpor.Seconds(n)
 	}
 	return torpor.LifecyclePolicy{
-		PauseAfterIdleSeconds:       secs(c.DefaultPauseAfterIdle),
-		HibernateAfterPausedSeconds: secs(c.DefaultHibernateAfterPaused),
-		ConnectionIdleSeconds:       secs(c.DefaultConnectionIdle),
+		PauseAfterIdleSeconds:         secs(c.DefaultPauseAfterIdle),
+		HibernateAfterPausedSeconds:   secs(c.DefaultHibernateAfterPaused),
+		ConnectionIdleSeconds:         secs(c.DefaultConnectionIdle),
+		ArchiveAfterHibernatedSeconds: secs(c.DefaultArchiveAfterHibernated),
 	}
 }
 

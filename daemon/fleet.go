@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -188,6 +189,24 @@ func openObjects(ctx context.Context, cfg Config) (torpor.ObjectStore, error) {
 	o, err := objstore.Open(ctx, cfg.ObjectStore)
 	if err != nil {
 		return nil, fmt.Errorf("object_store: %w", err)
+	}
+	return o, nil
+}
+
+// openArchives returns where archived sandboxes' disks go
+// (docs/archive.md): the fleet's object store when there is one, else a
+// directory object store under the data dir.
+func openArchives(ctx context.Context, cfg Config, objects torpor.ObjectStore) (torpor.ObjectStore, error) {
+	if objects != nil {
+		return objects, nil
+	}
+	dir := filepath.Join(cfg.DataDir, "archive")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("archive store: %w", err)
+	}
+	o, err := objstore.Open(ctx, (&url.URL{Scheme: "file", Path: dir}).String())
+	if err != nil {
+		return nil, fmt.Errorf("archive store: %w", err)
 	}
 	return o, nil
 }

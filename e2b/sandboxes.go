@@ -255,7 +255,7 @@ type pauseBody struct {
 // asleep reports whether the sandbox is paused as E2B sees it.
 func asleep(s torpor.State) bool {
 	switch s {
-	case torpor.StatePausing, torpor.StatePaused, torpor.StateHibernating, torpor.StateHibernated:
+	case torpor.StatePausing, torpor.StatePaused, torpor.StateHibernating, torpor.StateHibernated, torpor.StateArchiving, torpor.StateArchived:
 		return true
 	}
 	return false

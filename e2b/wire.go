@@ -152,7 +152,7 @@ func torporStates(s string) []torpor.State {
 	if s == stateRunning {
 		return []torpor.State{torpor.StateStarting, torpor.StateRunning, torpor.StateResuming, torpor.StateRestarting}
 	}
-	return []torpor.State{torpor.StatePausing, torpor.StatePaused, torpor.StateHibernating, torpor.StateHibernated, torpor.StateFailed}
+	return []torpor.State{torpor.StatePausing, torpor.StatePaused, torpor.StateHibernating, torpor.StateHibernated, torpor.StateArchiving, torpor.StateArchived, torpor.StateFailed}
 }
 
 func cpuCount(r torpor.Resources) int {

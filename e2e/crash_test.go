@@ -113,6 +113,7 @@ const warmPool = "TORPOR_WARM_POOLS=base=1"
 var (
 	inRunning    = crashFrom{state: torpor.StateRunning}
 	inHibernated = crashFrom{state: torpor.StateHibernated}
+	inArchived   = crashFrom{state: torpor.StateArchived}
 	inTerminated = crashFrom{state: torpor.StateTerminated}
 )
 
@@ -223,6 +224,19 @@ func crashCases(modes []torpor.PauseMode) []crashCase {
 		crashAt{"starting.before-runtime", inRunning},
 		crashAt{"starting.after-runtime", inRunning},
 		crashAt{"started.after-store", inRunning})
+	// The archive tier (docs/archive.md): an archive, a restore (a start
+	// of an archived sandbox) and a delete of an archived one.
+	add("archive", inHibernated, crashVerb("archive", "ID"),
+		crashAt{"archiving.before-store", inHibernated},
+		crashAt{"archiving.after-store", inHibernated},
+		crashAt{"archiving.after-upload", inHibernated},
+		crashAt{"archived.after-store", inArchived})
+	add("start/archived", inArchived, crashVerb("start", "ID"),
+		crashAt{"restoring.before-import", inArchived},
+		crashAt{"restoring.after-import", inArchived},
+		crashAt{"restored.before-drop", inRunning})
+	add("delete/archived", inArchived, crashVerb("rm", "ID"),
+		crashAt{"terminating.after-archive-drop", inTerminated})
 	add("restart", inRunning, crashVerb("restart", "ID"),
 		crashAt{"restarting.before-store", inRunning},
 		crashAt{"restarting.before-runtime", inRunning},
@@ -440,6 +454,9 @@ func (r *crashRig) prepare(t *testing.T, d *daemon, from crashFrom) string {
 		d.ok("pause", id, "--mode", string(from.mode))
 	case torpor.StateHibernated:
 		d.ok("hibernate", id)
+	case torpor.StateArchived:
+		d.ok("hibernate", id)
+		d.ok("archive", id)
 	}
 	return id
 }
@@ -674,7 +691,10 @@ func (r *crashRig) hostProblems(t *testing.T, d *daemon) []string {
 		want("QEMU process", "vm", r.qemus(), holdsInstance)
 		want("snapshot", "vm", r.globIDs(filepath.Join(r.dataDir, "vm", "sandboxes", "*", "snapshot")), snapshotted)
 	}
-	want("disk", r.kind, r.globIDs(filepath.Join(r.dataDir, r.kind, "sandboxes", "*")), live)
+	want("disk", r.kind, r.globIDs(filepath.Join(r.dataDir, r.kind, "sandboxes", "*")), func(sb *torpor.Sandbox) bool {
+		return live(sb) && sb.State != torpor.StateArchived
+	})
+	want("archive", r.kind, r.archiveIDs(), func(sb *torpor.Sandbox) bool { return sb.State == torpor.StateArchived })
 	mounts, others := r.mounts()
 	problems = append(problems, others...)
 	for id, n := range mounts {
@@ -689,6 +709,17 @@ func (r *crashRig) hostProblems(t *testing.T, d *daemon) []string {
 	}
 	sort.Strings(problems)
 	return problems
+}
+
+// archiveIDs counts the archives in the daemon's local archive store
+// (DATA/archive/archives/ID/KEY), by sandbox.
+func (r *crashRig) archiveIDs() map[string]int {
+	out := map[string]int{}
+	matches, _ := filepath.Glob(filepath.Join(r.dataDir, "archive", "archives", "*", "*"))
+	for _, m := range matches {
+		out[filepath.Base(filepath.Dir(m))]++
+	}
+	return out
 }
 
 // sandboxOf returns the id of the sandbox a path under the data dir is

@@ -193,7 +193,7 @@ func (e *Engine) leftRunning(sb *torpor.Sandbox, what string) error {
 	case torpor.StatePausing, torpor.StatePaused:
 		reason = "paused"
 		did = fmt.Sprintf("was paused while %s ran; it goes on when the sandbox resumes, and its output is not returned", what)
-	case torpor.StateHibernating, torpor.StateHibernated:
+	case torpor.StateHibernating, torpor.StateHibernated, torpor.StateArchiving, torpor.StateArchived:
 		did = fmt.Sprintf("was hibernated while %s ran, which ended it", what)
 	case torpor.StateRestarting:
 		did = fmt.Sprintf("was restarted while %s ran, which ended it", what)

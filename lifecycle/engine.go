@@ -78,6 +78,10 @@ type Config struct {
 	// Fleet makes the engine a node of a fleet (fleet.go); nil: the only
 	// daemon on its store.
 	Fleet *FleetConfig
+	// Archives is where archived sandboxes' disks go (docs/archive.md):
+	// the fleet's object store when it has one, else a directory under
+	// the data dir. nil: an archive that falls due fails (unavailable).
+	Archives torpor.ObjectStore
 	// Failpoint, when set, is called at every step of each transition,
 	// with the names Failpoints lists ("pausing.before-runtime",
 	// "paused.after-store", ...). Crash tests use it to kill the daemon
@@ -101,6 +105,7 @@ type Engine struct {
 	quotas    *quotas
 	maxPaused time.Duration
 	defPolicy torpor.LifecyclePolicy
+	archives  torpor.ObjectStore
 
 	drainTimeout time.Duration
 	// dataDiskFull is Config.DataDiskFull (nil: the disk never fills).
@@ -173,6 +178,7 @@ func New(cfg Config) (*Engine, error) {
 		quotas:    newQuotas(),
 		maxPaused: cfg.MaxPaused,
 		defPolicy: cfg.DefaultPolicy,
+		archives:  cfg.Archives,
 		act:       newActivity(cfg.CPUActivity),
 
 		drainTimeout: cfg.DrainTimeout,
@@ -671,7 +677,11 @@ func (e *Engine) boot(ctx context.Context, sb *torpor.Sandbox, rt torpor.Runtime
 		_ = e.stopRuntime(ctx, rt, sb)
 		return e.recordFailure(ctx, sb, &torpor.Failure{Code: FailureGPU, Message: err.Error()})
 	}
-	if err := e.setState(ctx, sb, torpor.StateRunning, e.event(sb, evType, "boot", fmt.Sprint(sb.Boots), "cause", cause)); err != nil {
+	kv := []string{"boot", fmt.Sprint(sb.Boots), "cause", cause}
+	if sb.Archive != nil {
+		kv = append(kv, "restored_from", "archive")
+	}
+	if err := e.setState(ctx, sb, torpor.StateRunning, e.event(sb, evType, kv...)); err != nil {
 		return err
 	}
 	e.fail(landed(evType))

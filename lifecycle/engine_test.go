@@ -45,6 +45,8 @@ type env struct {
 	// crashAt makes the engine "die" at that failpoint.
 	crashAt string
 	opts    []func(*lifecycle.Config)
+	// archives is the directory of the engine's archive store.
+	archives string
 }
 
 func newEnv(t *testing.T, opts ...func(*lifecycle.Config)) *env {
@@ -100,7 +102,8 @@ func newEnvWith(t *testing.T, st envStore, reopen func() (envStore, error), opts
 	if err := st.PutTemplate(ctx, torpor.Template{Name: "base", RootFS: "/nonexistent", CreatedAt: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, store: st, reopen: reopen, host: fake.NewHost(), clock: clocktest.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)), opts: opts}
+	e := &env{t: t, store: st, reopen: reopen, host: fake.NewHost(), clock: clocktest.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)), opts: opts,
+		archives: t.TempDir()}
 	e.restart()
 	return e
 }
@@ -131,6 +134,7 @@ func (e *env) restart() {
 			}
 		},
 	}
+	cfg.Archives = e.archiveStore()
 	for _, o := range e.opts {
 		o(&cfg)
 	}

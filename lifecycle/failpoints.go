@@ -41,6 +41,16 @@ import "strings"
 //     the pool's, frozen (a restart removes it; no tenant heard of it);
 //   - after-store: the claimant's record is stored, running, and its
 //     on-start hooks have not run yet.
+//
+// An archive (archive.go) stores archiving with its archive's key
+// (archiving.before-store, archiving.after-store), writes the archive
+// (archiving.after-upload), stores archived (archived.after-store) and then
+// removes the working copy. A start of an archived sandbox imports its
+// archive (restoring.before-import, restoring.after-import) before the
+// boot's points, and once the boot is stored removes the archive
+// (restored.before-drop); a delete of an archived sandbox removes it after
+// the runtime's destroy, before terminated is stored
+// (terminating.after-archive-drop).
 var failpoints = []string{
 	"create.before-store",
 	"create.before-runtime",
@@ -79,6 +89,16 @@ var failpoints = []string{
 
 	"claim.after-thaw",
 	"claim.after-store",
+
+	"archiving.before-store",
+	"archiving.after-store",
+	"archiving.after-upload",
+	"archived.after-store",
+
+	"restoring.before-import",
+	"restoring.after-import",
+	"restored.before-drop",
+	"terminating.after-archive-drop",
 }
 
 // Failpoints returns the name of every point at which the engine calls

@@ -151,6 +151,37 @@ var crashPaths = []crashPath{
 	{"delete frozen", newPaused(torpor.PauseFreeze), doDelete, terminatingPoints(torpor.StatePaused)},
 	{"delete snapshotted", newPaused(torpor.PauseSnapshot), doDelete, terminatingPoints(torpor.StatePaused)},
 	{"delete hibernated", newHibernated, doDelete, terminatingPoints(torpor.StateHibernated)},
+	// The archive tier (archive_test.go).
+	{"archive", newHibernated, doArchive, []crashPoint{
+		{"archiving.before-store", torpor.StateHibernated},
+		{"archiving.after-store", torpor.StateHibernated},
+		{"archiving.after-upload", torpor.StateHibernated},
+		{"archived.after-store", torpor.StateArchived},
+	}},
+	{"archive snapshotted", newPaused(torpor.PauseSnapshot), doArchive, []crashPoint{
+		{"archiving.before-store", torpor.StatePaused},
+		{"archiving.after-store", torpor.StatePaused},
+		{"archiving.after-upload", torpor.StatePaused},
+		{"archived.after-store", torpor.StateArchived},
+	}},
+	{"start archived snapshot", newArchivedSnapshot, doStart, []crashPoint{
+		{"restoring.before-import", torpor.StateArchived},
+		{"restoring.after-import", torpor.StateArchived},
+		{"resuming.before-store", torpor.StatePaused},
+		{"resuming.before-runtime", torpor.StateRunning},
+		{"resumed.after-store", torpor.StateRunning},
+		{"restored.before-drop", torpor.StateRunning},
+	}},
+	{"start archived", newArchived, doStart, []crashPoint{
+		{"restoring.before-import", torpor.StateArchived},
+		{"restoring.after-import", torpor.StateArchived},
+		{"starting.before-store", torpor.StateArchived},
+		{"starting.before-runtime", torpor.StateRunning},
+		{"started.after-store", torpor.StateRunning},
+		{"restored.before-drop", torpor.StateRunning},
+	}},
+	{"delete archived", newArchived, doDelete, append(terminatingPoints(torpor.StateArchived),
+		crashPoint{"terminating.after-archive-drop", torpor.StateTerminated})},
 	// A create that claims a pool's member: cut short after the thaw,
 	// before its one write, no tenant has a sandbox (the restart removes
 	// the thawed member); after the write, the claimant's sandbox runs.
@@ -328,9 +359,10 @@ func (e *env) checkHeld(sb *torpor.Sandbox) {
 	if got := sb.Snapshot != nil; got != snapshot {
 		e.t.Errorf("sandbox %s is %s (%s): records a snapshot %v, want %v", sb.ID, sb.State, sb.PauseMode, got, snapshot)
 	}
-	if got, want := e.host.HasDisk(sb.ID), sb.State != torpor.StateTerminated; got != want {
+	if got, want := e.host.HasDisk(sb.ID), sb.State != torpor.StateTerminated && sb.State != torpor.StateArchived; got != want {
 		e.t.Errorf("sandbox %s is %s: has a disk %v, want %v", sb.ID, sb.State, got, want)
 	}
+	e.checkArchives(sb)
 }
 
 // checkLedger checks that the sandbox's usage rows, the open interval

@@ -50,6 +50,8 @@ func (e *Engine) sweep(ctx context.Context, id string) {
 		err = e.hibernate(ctx, sb, ev.Cause)
 	case torpor.ActionKill:
 		err = e.terminate(ctx, sb, ev.Cause)
+	case torpor.ActionArchive:
+		err = e.archive(ctx, sb, ev.Cause)
 	case torpor.ActionWake:
 		err = e.wakeUp(ctx, sb, ev.Wakeup)
 	}

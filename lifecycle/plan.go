@@ -45,7 +45,7 @@ func sleepPlan(sb *torpor.Sandbox, maxPaused time.Duration) []torpor.ScheduledEv
 			evs = append(evs, next)
 		}
 	}
-	return evs
+	return withArchive(evs, sb.Policy())
 }
 
 // renewEnd restarts sb's end clock as it starts or resumes at now: a
@@ -72,15 +72,40 @@ func idlePlan(sb *torpor.Sandbox, maxPaused time.Duration) []torpor.ScheduledEve
 				evs = append(evs, next)
 			}
 		}
-		return evs
+		return withArchive(evs, p)
 	case torpor.StatePaused:
 		// Only hibernation acts on a paused sandbox: its idle timeout never
 		// deletes it.
-		if next, ok := pausedDeadline(sb.StateSince, p, maxPaused); ok {
-			return []torpor.ScheduledEvent{next}
+		next, ok := pausedDeadline(sb.StateSince, p, maxPaused)
+		if sb.PauseMode == torpor.PauseSnapshot && sb.Accel == nil && p.ArchiveAfterHibernated > 0 {
+			// A sandbox paused to a snapshot is archived, memory and all,
+			// after as long as a hibernated one, unless it hibernates
+			// first.
+			arch := torpor.ScheduledEvent{Action: torpor.ActionArchive, At: sb.StateSince.Add(p.ArchiveAfterHibernated), Cause: CauseIdle}
+			if !ok || arch.At.Before(next.At) {
+				return []torpor.ScheduledEvent{arch}
+			}
+		}
+		if ok {
+			return withArchive([]torpor.ScheduledEvent{next}, p)
+		}
+	case torpor.StateHibernated:
+		// A hibernated sandbox's only idle event is its archive
+		// (docs/archive.md).
+		if p.ArchiveAfterHibernated > 0 {
+			return []torpor.ScheduledEvent{{Action: torpor.ActionArchive, At: sb.StateSince.Add(p.ArchiveAfterHibernated), Cause: CauseIdle}}
 		}
 	}
 	return nil
+}
+
+// withArchive appends to evs the archive that follows a hibernation they
+// end with, when the policy archives.
+func withArchive(evs []torpor.ScheduledEvent, p torpor.Policy) []torpor.ScheduledEvent {
+	if n := len(evs); n > 0 && evs[n-1].Action == torpor.ActionHibernate && p.ArchiveAfterHibernated > 0 {
+		evs = append(evs, torpor.ScheduledEvent{Action: torpor.ActionArchive, At: evs[n-1].At.Add(p.ArchiveAfterHibernated), Cause: CauseIdle})
+	}
+	return evs
 }
 
 // pausedDeadline is when a sandbox paused at since gets hibernated: by its
@@ -114,6 +139,10 @@ func schedule(sb *torpor.Sandbox, maxPaused time.Duration, now time.Time) torpor
 		case torpor.ActionKill:
 			if s.KillAt == nil {
 				s.KillAt = &at
+			}
+		case torpor.ActionArchive:
+			if s.ArchivesAt == nil {
+				s.ArchivesAt = &at
 			}
 		}
 		if !ev.At.After(now.Add(upcomingWindow)) {

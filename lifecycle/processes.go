@@ -99,7 +99,7 @@ func (e *Engine) remember(sandbox string, info torpor.ProcessInfo) {
 func (e *Engine) ListProcesses(ctx context.Context, tenant, id string) ([]torpor.ProcessInfo, error) {
 	if sb, err := e.Get(ctx, tenant, id); err != nil {
 		return nil, err
-	} else if sb.State == torpor.StateHibernated {
+	} else if sb.State == torpor.StateHibernated || sb.State == torpor.StateArchived {
 		return e.goneProcesses(sb.ID, nil), nil
 	}
 	pr, sb, err := e.processRunner(ctx, tenant, id, "list the processes of")

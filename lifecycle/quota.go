@@ -130,7 +130,7 @@ func num(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
 // heldState is the state whose charge a sandbox in state s holds: one
 // paused to a snapshot holds no CPU and no memory, as a hibernated one.
 func heldState(s torpor.State, mode torpor.PauseMode) torpor.State {
-	if s == torpor.StatePaused && mode == torpor.PauseSnapshot {
+	if s == torpor.StatePaused && mode == torpor.PauseSnapshot || s == torpor.StateArchiving || s == torpor.StateArchived {
 		return torpor.StateHibernated
 	}
 	return s

@@ -86,6 +86,9 @@ func (e *Engine) reconcileSandbox(ctx context.Context, sb *torpor.Sandbox) error
 		}
 		return e.terminate(ctx, sb, CauseReconcile)
 	}
+	if done, err := e.reconcileArchive(ctx, rt, sb, st); done || err != nil {
+		return err
+	}
 
 	switch sb.State {
 	case torpor.StateStarting, torpor.StateRestarting:

@@ -268,25 +268,46 @@ func (e *Engine) Start(ctx context.Context, tenant, id string) (*torpor.Sandbox,
 }
 
 func (e *Engine) start(ctx context.Context, sb *torpor.Sandbox, cause string) error {
+	if sb.State == torpor.StateArchived && sb.Archive != nil && sb.Archive.Kind == archiveSnapshot {
+		// Its disk and memory are in its archive: back to paused, then
+		// resumed where it stopped (archive.go).
+		if err := e.restoreSnapshotArchive(ctx, sb, cause); err != nil {
+			return err
+		}
+		err := e.resume(ctx, sb, cause)
+		if ferr := e.finishRestore(ctx, sb); ferr != nil && err == nil {
+			err = ferr
+		}
+		return err
+	}
 	switch sb.State {
 	case torpor.StateRunning:
 		return nil
 	case torpor.StatePaused, torpor.StateResuming:
 		return e.resume(ctx, sb, cause)
-	case torpor.StateHibernated, torpor.StateFailed, torpor.StateStarting:
+	case torpor.StateHibernated, torpor.StateFailed, torpor.StateStarting, torpor.StateArchived:
 		if sb.State == torpor.StateFailed && sb.Failure != nil && sb.Failure.Code == torpor.FailureLost {
 			// Its disk went with its node: booting it would make it anew,
 			// empty, under the same name.
 			return &torpor.Error{Code: torpor.EConflict, State: sb.State, Reason: torpor.FailureLost,
 				Message: fmt.Sprintf("sandbox %s was lost with its node (%s); it cannot start again, delete it", sb.ID, sb.Failure.Message)}
 		}
-		if sb.State == torpor.StateHibernated {
+		if sb.State == torpor.StateHibernated || sb.State == torpor.StateArchived {
 			sb.Meters.Resumes++
 			if cause == CauseAuto {
 				sb.Meters.AutoResumed++
 			}
 		}
-		return e.coldStart(ctx, sb, torpor.StateStarting, torpor.EventStarted, cause)
+		err := e.coldStart(ctx, sb, torpor.StateStarting, torpor.EventStarted, cause)
+		// Restored from its archive (or failed booting on the restored
+		// disk): the archive is not needed any more.
+		if ferr := e.finishRestore(ctx, sb); ferr != nil && err == nil {
+			err = ferr
+		}
+		return err
+	case torpor.StateArchiving:
+		return &torpor.Error{Code: torpor.EConflict, State: sb.State, Reason: "state", RetryAfter: 5 * time.Second,
+			Message: fmt.Sprintf("sandbox %s is being archived; start it once it is archived", sb.ID)}
 	case torpor.StateTerminated:
 		return gone(sb)
 	}
@@ -342,7 +363,11 @@ func (e *Engine) resume(ctx context.Context, sb *torpor.Sandbox, cause string) e
 	if auto {
 		sb.Meters.AutoResumed++
 	}
-	if err := e.setState(ctx, sb, torpor.StateRunning, e.event(sb, torpor.EventResumed, "cause", cause, "auto", strconv.FormatBool(auto))); err != nil {
+	kv := []string{"cause", cause, "auto", strconv.FormatBool(auto)}
+	if sb.Archive != nil {
+		kv = append(kv, "restored_from", "archive")
+	}
+	if err := e.setState(ctx, sb, torpor.StateRunning, e.event(sb, torpor.EventResumed, kv...)); err != nil {
 		if !inBetween {
 			// The store still says paused, and the caller hears that the
 			// resume failed: the instance is frozen again, as a restart's
@@ -377,6 +402,10 @@ func (e *Engine) coldStart(ctx context.Context, sb *torpor.Sandbox, via torpor.S
 	if err := e.reserve(ctx, sb, via); err != nil {
 		return err
 	}
+	if err := e.fetchArchive(ctx, rt, sb); err != nil {
+		e.hold(sb, sb.State)
+		return err
+	}
 	if err := e.fetchDisk(ctx, rt, sb); err != nil {
 		e.hold(sb, sb.State)
 		return err
@@ -406,7 +435,9 @@ func (e *Engine) Hibernate(ctx context.Context, tenant, id string) (*torpor.Sand
 
 func (e *Engine) hibernate(ctx context.Context, sb *torpor.Sandbox, cause string) error {
 	switch sb.State {
-	case torpor.StateHibernated:
+	case torpor.StateHibernated, torpor.StateArchived:
+		// An archived sandbox is hibernated already, its disk in its
+		// archive.
 		return nil
 	case torpor.StateRunning, torpor.StatePaused, torpor.StateHibernating:
 	case torpor.StateTerminated:
@@ -576,6 +607,14 @@ func (e *Engine) terminate(ctx context.Context, sb *torpor.Sandbox, cause string
 		return fmt.Errorf("delete %s: %w", sb.ID, err)
 	}
 	e.fail("terminating.after-runtime")
+	if a := sb.Archive; a != nil {
+		// Its archive goes while the record still says terminating and
+		// names it: a crash here is finished by the reconcile, which
+		// removes it again (a missing object is no error).
+		e.dropArchive(ctx, a.Key)
+		sb.Archive = nil
+		e.fail("terminating.after-archive-drop")
+	}
 	sb.Handle, sb.PauseMode = "", ""
 	// One instant: the sandbox's end, its event's and its last usage row's.
 	now := e.now()
@@ -743,7 +782,7 @@ func (e *Engine) wake(ctx context.Context, sb *torpor.Sandbox, what string) erro
 	switch sb.State {
 	case torpor.StateRunning:
 		return nil
-	case torpor.StatePaused, torpor.StateHibernated:
+	case torpor.StatePaused, torpor.StateHibernated, torpor.StateArchived:
 		if !sb.Policy().AutoResume {
 			return &torpor.Error{Code: torpor.EConflict, State: sb.State, Reason: "paused",
 				Message: fmt.Sprintf("sandbox %s is %s and auto_resume is off; call connect (or start) first", sb.ID, sb.State)}

@@ -69,7 +69,7 @@ func wakeupPlan(sb *torpor.Sandbox) []torpor.ScheduledEvent {
 		return nil
 	}
 	switch sb.State {
-	case torpor.StateRunning, torpor.StatePaused, torpor.StateHibernated, torpor.StateFailed:
+	case torpor.StateRunning, torpor.StatePaused, torpor.StateHibernated, torpor.StateArchived, torpor.StateFailed:
 	default:
 		return nil
 	}
@@ -116,7 +116,7 @@ func (e *Engine) wakeUp(ctx context.Context, sb *torpor.Sandbox, id string) erro
 	var from torpor.State
 	switch sb.State {
 	case torpor.StateRunning:
-	case torpor.StatePaused, torpor.StateHibernated:
+	case torpor.StatePaused, torpor.StateHibernated, torpor.StateArchived:
 		from = sb.State
 		err := e.start(ctx, sb, CauseWakeup)
 		if err == nil && sb.State != torpor.StateRunning {

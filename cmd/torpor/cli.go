@@ -47,6 +47,7 @@ func newRoot(c *cli) *cobra.Command {
 		c.verbCmd("pause", nil, "Freeze a running sandbox: its processes stop, its memory stays"),
 		c.verbCmd("start", []string{"resume", "connect"}, "Continue a paused sandbox, or boot a hibernated one"),
 		c.verbCmd("hibernate", nil, "Stop a sandbox's processes and keep every file on its disk"),
+		c.verbCmd("archive", nil, "Pack a hibernated sandbox's disk into a compressed archive and free it from the node (a start restores it)"),
 		c.verbCmd("restart", nil, "Boot a running sandbox again on a fresh instance (disk kept)"),
 		c.verbCmd("touch", nil, "Record activity on a sandbox"),
 		c.verbCmd("rm", []string{"delete"}, "Terminate a sandbox and remove its disk"),

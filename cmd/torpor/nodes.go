@@ -158,7 +158,7 @@ func (c *cli) printNodes(nodes []wire.Node) error {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d/%d/%d\t%s\t%s\t%s\n", name, n.State, addr,
 			usedOf(n.Used.VCPUs, n.Capacity.VCPUs), usedOf(float64(n.Used.MemoryMiB), float64(n.Capacity.MemoryMiB)),
-			n.Sandboxes[torpor.StateRunning], n.Sandboxes[torpor.StatePaused], n.Sandboxes[torpor.StateHibernated],
+			n.Sandboxes[torpor.StateRunning], n.Sandboxes[torpor.StatePaused], n.Sandboxes[torpor.StateHibernated]+n.Sandboxes[torpor.StateArchived],
 			heartbeat, gpusString(n.GPUs), host)
 	}
 	return tw.Flush()

@@ -129,9 +129,9 @@ func readHooks(path string) ([]torpor.Hook, error) {
 // policyFlags are the idle-policy flags of create and update. A value of 0
 // turns a rule off (null in the API).
 type policyFlags struct {
-	timeout, pauseAfter, hibernateAfter, connIdle int64
-	onTimeout, pauseMode                          string
-	autoResume                                    bool
+	timeout, pauseAfter, hibernateAfter, connIdle, archiveAfter int64
+	onTimeout, pauseMode                                        string
+	autoResume                                                  bool
 }
 
 func (p *policyFlags) add(cmd *cobra.Command) {
@@ -143,6 +143,7 @@ func (p *policyFlags) add(cmd *cobra.Command) {
 	f.Int64Var(&p.pauseAfter, "pause-after", 0, "pause after this many idle seconds (0: off)")
 	f.Int64Var(&p.hibernateAfter, "hibernate-after", 0, "hibernate after this many seconds paused, or idle when pausing is off (0: off)")
 	f.Int64Var(&p.connIdle, "connection-idle", 0, "seconds a silent connection still counts as activity (0: off)")
+	f.Int64Var(&p.archiveAfter, "archive-after", 0, "archive after this many seconds hibernated: the disk is packed into a compressed archive and freed from the node (0: off)")
 }
 
 // request turns the flags that were given into a policy request.
@@ -167,9 +168,10 @@ func (p *policyFlags) request(cmd *cobra.Command) torpor.PolicyRequest {
 		}
 	}
 	lp := torpor.LifecyclePolicy{
-		PauseAfterIdleSeconds:       secs("pause-after", p.pauseAfter),
-		HibernateAfterPausedSeconds: secs("hibernate-after", p.hibernateAfter),
-		ConnectionIdleSeconds:       secs("connection-idle", p.connIdle),
+		PauseAfterIdleSeconds:         secs("pause-after", p.pauseAfter),
+		HibernateAfterPausedSeconds:   secs("hibernate-after", p.hibernateAfter),
+		ConnectionIdleSeconds:         secs("connection-idle", p.connIdle),
+		ArchiveAfterHibernatedSeconds: secs("archive-after", p.archiveAfter),
 	}
 	if lp != (torpor.LifecyclePolicy{}) {
 		r.LifecyclePolicy = &lp
@@ -346,6 +348,12 @@ func (c *cli) printSandbox(sb *torpor.Sandbox) error {
 	row("Durability", firstNonEmpty(string(sb.Durability), "-"))
 	row("Pause modes", fmt.Sprint(sb.PauseModes))
 	row("Boots", fmt.Sprint(sb.Boots))
+	if a := sb.Archive; a != nil && sb.State == torpor.StateArchived {
+		row("Archive", fmt.Sprintf("%d bytes, archived %s; a start restores it", a.Bytes, a.ArchivedAt.Local().Format(time.DateTime)))
+	}
+	if t := sb.RestoredFromArchiveAt; t != nil {
+		row("Restored from archive", t.Local().Format(time.DateTime))
+	}
 	row("Meters", sb.Meters.String())
 	if sb.Accel != nil {
 		row("GPU lease", fmt.Sprintf("%d GPU, %d MiB, suspend_mode %s, idle timeout %ds", sb.Accel.GPUs, sb.Accel.VRAMMiB, sb.Accel.SuspendMode, sb.Accel.IdleTimeoutS))
@@ -377,6 +385,9 @@ func (c *cli) printSandbox(sb *torpor.Sandbox) error {
 	}
 	if p.HibernateAfterPaused > 0 {
 		pol += fmt.Sprintf("; hibernate after %s paused", p.HibernateAfterPaused)
+	}
+	if p.ArchiveAfterHibernated > 0 {
+		pol += fmt.Sprintf("; archive after %s hibernated", p.ArchiveAfterHibernated)
 	}
 	row("Idle policy", fmt.Sprintf("%s; auto-resume %v", pol, p.AutoResume))
 	wakeupRows(row, sb.Wakeups)
@@ -414,6 +425,8 @@ func (c *cli) verbCmd(name string, aliases []string, short string) *cobra.Comman
 						sb, err = cl.Start(ctx, id)
 					case "hibernate":
 						sb, err = cl.Hibernate(ctx, id)
+					case "archive":
+						sb, err = cl.Archive(ctx, id)
 					case "restart":
 						sb, err = cl.Restart(ctx, id)
 					case "touch":

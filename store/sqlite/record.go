@@ -51,6 +51,8 @@ type sandboxRecord struct {
 	NodeLabels map[string]string `json:"node_labels,omitempty"`
 	Durability string            `json:"durability,omitempty"`
 	Remote     *remoteRecord     `json:"remote,omitempty"`
+	Archive    *archiveRecord    `json:"archive,omitempty"`
+	RestoredAt *int64            `json:"restored_from_archive_at_us,omitempty"`
 	Wakeups    []wakeupRecord    `json:"wakeups,omitempty"`
 }
 
@@ -61,6 +63,14 @@ type remoteRecord struct {
 	Boots      int    `json:"boots,omitempty"`
 	UploadedAt int64  `json:"uploaded_at_us"`
 	Host       string `json:"host,omitempty"`
+}
+
+// archiveRecord is where an archived sandbox's disk is kept.
+type archiveRecord struct {
+	Key        string `json:"key"`
+	Kind       string `json:"kind,omitempty"`
+	Bytes      int64  `json:"bytes,omitempty"`
+	ArchivedAt int64  `json:"archived_at_us,omitempty"`
 }
 
 // secretRefRecord is a sandbox's reference to a secret: its name and
@@ -116,6 +126,7 @@ type policyRecord struct {
 	PauseAfterIdle       optRecord `json:"pause_after_idle"`
 	HibernateAfterPaused optRecord `json:"hibernate_after_paused"`
 	ConnectionIdle       optRecord `json:"connection_idle"`
+	ArchiveAfter         optRecord `json:"archive_after_hibernated,omitzero"`
 }
 
 type countersRecord struct {
@@ -123,6 +134,7 @@ type countersRecord struct {
 	FrozenS         float64 `json:"frozen_s,omitempty"`
 	SnapshotPausedS float64 `json:"snapshot_paused_s,omitempty"`
 	HibernatedS     float64 `json:"hibernated_s,omitempty"`
+	ArchivedS       float64 `json:"archived_s,omitempty"`
 	ResidentS       float64 `json:"resident_s,omitempty"`
 	BilledS         float64 `json:"billed_s,omitempty"`
 	Cost            float64 `json:"cost,omitempty"`
@@ -137,7 +149,7 @@ type countersRecord struct {
 
 func metersRecord(m torpor.Meters) countersRecord {
 	u := m.UsageSeconds
-	return countersRecord{RunningS: u.RunningS, FrozenS: u.FrozenS, SnapshotPausedS: u.SnapshotPausedS, HibernatedS: u.HibernatedS,
+	return countersRecord{RunningS: u.RunningS, FrozenS: u.FrozenS, SnapshotPausedS: u.SnapshotPausedS, HibernatedS: u.HibernatedS, ArchivedS: u.ArchivedS,
 		ResidentS: u.ResidentS, BilledS: u.BilledS, Cost: m.Cost, Pauses: m.Pauses, AutoPaused: m.AutoPaused, Resumes: m.Resumes,
 		AutoResumed: m.AutoResumed, Hibernations: m.Hibernations, AutoHibernated: m.AutoHibernated}
 }
@@ -145,7 +157,7 @@ func metersRecord(m torpor.Meters) countersRecord {
 func (r countersRecord) meters() torpor.Meters {
 	return torpor.Meters{
 		UsageSeconds: torpor.UsageSeconds{RunningS: r.RunningS, FrozenS: r.FrozenS, SnapshotPausedS: r.SnapshotPausedS,
-			HibernatedS: r.HibernatedS, ResidentS: r.ResidentS, BilledS: r.BilledS},
+			HibernatedS: r.HibernatedS, ArchivedS: r.ArchivedS, ResidentS: r.ResidentS, BilledS: r.BilledS},
 		Cost: r.Cost, Pauses: r.Pauses, AutoPaused: r.AutoPaused, Resumes: r.Resumes, AutoResumed: r.AutoResumed,
 		Hibernations: r.Hibernations, AutoHibernated: r.AutoHibernated}
 }
@@ -187,6 +199,7 @@ func encodeRecord(sb *torpor.Sandbox) (string, error) {
 			PauseAfterIdle:       optRecord(sb.LifecyclePolicy.PauseAfterIdleSeconds),
 			HibernateAfterPaused: optRecord(sb.LifecyclePolicy.HibernateAfterPausedSeconds),
 			ConnectionIdle:       optRecord(sb.LifecyclePolicy.ConnectionIdleSeconds),
+			ArchiveAfter:         optRecord(sb.LifecyclePolicy.ArchiveAfterHibernatedSeconds),
 		},
 		Meters: metersRecord(sb.Meters),
 	}
@@ -235,6 +248,16 @@ func encodeRecord(sb *torpor.Sandbox) (string, error) {
 	if rs := sb.Remote; rs != nil {
 		r.Remote = &remoteRecord{Manifest: rs.Manifest, Bytes: rs.Bytes, Boots: rs.Boots, UploadedAt: micros(rs.UploadedAt), Host: rs.Host}
 	}
+	if a := sb.Archive; a != nil {
+		r.Archive = &archiveRecord{Key: a.Key, Kind: a.Kind, Bytes: a.Bytes}
+		if !a.ArchivedAt.IsZero() {
+			r.Archive.ArchivedAt = micros(a.ArchivedAt)
+		}
+	}
+	if t := sb.RestoredFromArchiveAt; t != nil {
+		us := micros(*t)
+		r.RestoredAt = &us
+	}
 	if sb.PauseModes != nil {
 		r.PauseModes = make([]string, len(sb.PauseModes))
 		for i, m := range sb.PauseModes {
@@ -266,9 +289,10 @@ func decodeRecord(sb *torpor.Sandbox, data string) error {
 	sb.Handle = r.Handle
 	sb.Timeout = torpor.OptSeconds(r.Timeout)
 	sb.LifecyclePolicy = torpor.LifecyclePolicy{
-		PauseAfterIdleSeconds:       torpor.OptSeconds(r.Policy.PauseAfterIdle),
-		HibernateAfterPausedSeconds: torpor.OptSeconds(r.Policy.HibernateAfterPaused),
-		ConnectionIdleSeconds:       torpor.OptSeconds(r.Policy.ConnectionIdle),
+		PauseAfterIdleSeconds:         torpor.OptSeconds(r.Policy.PauseAfterIdle),
+		HibernateAfterPausedSeconds:   torpor.OptSeconds(r.Policy.HibernateAfterPaused),
+		ConnectionIdleSeconds:         torpor.OptSeconds(r.Policy.ConnectionIdle),
+		ArchiveAfterHibernatedSeconds: torpor.OptSeconds(r.Policy.ArchiveAfter),
 	}
 	sb.Meters = r.Meters.meters()
 	if l := r.Lifecycle; l != nil {
@@ -317,6 +341,16 @@ func decodeRecord(sb *torpor.Sandbox, data string) error {
 	sb.NodeEpoch, sb.NodeLabels, sb.Durability = r.NodeEpoch, r.NodeLabels, torpor.Durability(r.Durability)
 	if rs := r.Remote; rs != nil {
 		sb.Remote = &torpor.RemoteState{Manifest: rs.Manifest, Bytes: rs.Bytes, Boots: rs.Boots, UploadedAt: fromMicros(rs.UploadedAt), Host: rs.Host}
+	}
+	if a := r.Archive; a != nil {
+		sb.Archive = &torpor.ArchiveInfo{Key: a.Key, Kind: a.Kind, Bytes: a.Bytes}
+		if a.ArchivedAt != 0 {
+			sb.Archive.ArchivedAt = fromMicros(a.ArchivedAt)
+		}
+	}
+	if r.RestoredAt != nil {
+		t := fromMicros(*r.RestoredAt)
+		sb.RestoredFromArchiveAt = &t
 	}
 	if r.PauseModes != nil {
 		sb.PauseModes = make([]torpor.PauseMode, len(r.PauseModes))

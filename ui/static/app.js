@@ -13,9 +13,9 @@
 (() => {
   const $ = (id) => document.getElementById(id);
 
-  const TRANSITIONAL = new Set(["starting", "pausing", "resuming", "hibernating", "restarting", "terminating"]);
+  const TRANSITIONAL = new Set(["starting", "pausing", "resuming", "hibernating", "restarting", "terminating", "archiving"]);
   const STATES = ["starting", "running", "pausing", "paused", "resuming", "hibernating", "hibernated",
-    "restarting", "terminating", "terminated", "failed"];
+    "restarting", "terminating", "terminated", "failed", "archiving", "archived"];
   const PAGE_SIZE = 100;
   // LIST_PAGE is how many sandboxes each read after the first asks for
   // (the API's most).
@@ -146,7 +146,7 @@
   function nextEvent(sb) {
     const evs = (sb.upcoming_events || []).slice().sort((a, b) => Date.parse(a.at) - Date.parse(b.at));
     if (evs.length) return evs[0];
-    const cands = [["pause", sb.pause_at], ["hibernate", sb.hibernates_at], ["kill", sb.kill_at]]
+    const cands = [["pause", sb.pause_at], ["hibernate", sb.hibernates_at], ["kill", sb.kill_at], ["archive", sb.archives_at]]
       .filter(([, t]) => t).sort((a, b) => Date.parse(a[1]) - Date.parse(b[1]));
     return cands.length ? { action: cands[0][0], at: cands[0][1] } : null;
   }
@@ -185,6 +185,7 @@
       case "sandbox.started": case "sandbox.resumed": case "sandbox.restarted": return "running";
       case "sandbox.paused": return "paused";
       case "sandbox.hibernated": return "hibernated";
+      case "sandbox.archived": return "archived";
       case "sandbox.failed": return "failed";
       case "sandbox.terminated": return "terminated";
       case "sandbox.state": return (ev.attrs && ev.attrs.to) || null;
@@ -902,7 +903,7 @@
     const modes = sb.pause_modes || [];
     const allowed = {
       pause: s === "running", hibernate: s === "running" || s === "paused",
-      start: s === "paused" || s === "hibernated" || s === "failed", restart: s === "running",
+      start: s === "paused" || s === "hibernated" || s === "archived" || s === "failed", restart: s === "running",
       touch: s !== "terminated" && s !== "failed", delete: s !== "terminated",
     };
     for (const btn of $("d-actions").querySelectorAll("button")) {
@@ -1083,9 +1084,12 @@
       ["pause after idle", secs(p.pause_after_idle_seconds)],
       ["hibernate after paused", secs(p.hibernate_after_paused_seconds)],
       ["connection idle", secs(p.connection_idle_seconds)],
+      ["archive after hibernated", secs(p.archive_after_hibernated_seconds)],
       ["end at", sb.end_at ? when(sb.end_at) + " (" + (sb.on_end || "kill") + ")" : ""],
       ["pause at", sb.pause_at ? when(sb.pause_at) : ""], ["hibernates at", sb.hibernates_at ? when(sb.hibernates_at) : ""],
       ["kill at", sb.kill_at ? when(sb.kill_at) : ""],
+      ["archives at", sb.archives_at ? when(sb.archives_at) : ""],
+      ["restored from archive", sb.restored_from_archive_at ? when(sb.restored_from_archive_at) : ""],
     ]);
     const ul = clear($("d-upcoming"));
     const up = (sb.upcoming_events || []).slice().sort((a, b) => Date.parse(a.at) - Date.parse(b.at));
