@@ -275,13 +275,21 @@ func torporBin(t testing.TB) string {
 func counter(t *testing.T, d *daemon, id string) func() (n int, pid string) {
 	d.ok("exec", id, "--", "sh", "-c", `nohup sh -c 'echo $$ > /tmp/pid; i=0; while :; do i=$((i+1)); echo $i > /tmp/c; sleep 0.1; done' >/dev/null 2>&1 &`)
 	read := func() (int, string) {
-		out := d.ok("exec", id, "--", "sh", "-c", "cat /tmp/c; cat /tmp/pid")
-		f := strings.Fields(out)
-		if len(f) != 2 {
-			t.Fatalf("counter output %q", out)
+		for try := 1; ; try++ {
+			out := d.ok("exec", id, "--", "sh", "-c", "cat /tmp/c; cat /tmp/pid")
+			f := strings.Fields(out)
+			if len(f) == 2 {
+				n, _ := strconv.Atoi(f[0])
+				return n, f[1]
+			}
+			// A TCG guest once showed /tmp/pid empty here; read again
+			// before calling it lost.
+			if try == 3 {
+				t.Fatalf("counter output %q", out)
+			}
+			t.Logf("counter output %q; reading again", out)
+			time.Sleep(200 * time.Millisecond)
 		}
-		n, _ := strconv.Atoi(f[0])
-		return n, f[1]
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
