@@ -8,11 +8,13 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"github.com/torpor-dev/torpor/objstore"
 	"io"
 	"io/fs"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -174,7 +176,15 @@ func newListener(t testing.TB, dir string, p *principals) *listener {
 	l.st = st
 	l.host.FilesDir = filepath.Join(dir, "files")
 	l.rt = &spyRuntime{Runtime: fake.New(l.host)}
-	l.eng, err = lifecycle.New(lifecycle.Config{Store: st, Runtimes: []torpor.Runtime{l.rt}, Clock: l.clock})
+	// Archives go to a directory of the listener's own, as a daemon's do.
+	if err := os.MkdirAll(filepath.Join(dir, "archive"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	archives, err := objstore.Open(ctx, (&url.URL{Scheme: "file", Path: filepath.Join(dir, "archive")}).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.eng, err = lifecycle.New(lifecycle.Config{Store: st, Runtimes: []torpor.Runtime{l.rt}, Clock: l.clock, Archives: archives})
 	if err != nil {
 		t.Fatal(err)
 	}

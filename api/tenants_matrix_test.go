@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strconv"
@@ -13,8 +14,9 @@ import (
 // key, so that B is refused for the tenancy and for nothing else.
 type routeRequest struct {
 	query, ctype, body string
-	// on is the sandbox of A the request is valid on: "running" (empty)
-	// or "paused".
+	// on is the sandbox of A the request is valid on: "running" (empty),
+	// "paused", or "hibernated" (the paused one, hibernated for the
+	// control).
 	on string
 }
 
@@ -33,6 +35,7 @@ var validRequests = map[string]routeRequest{
 	"POST /v1/sandboxes/{id}/start":                  {on: "paused"},
 	"POST /v1/sandboxes/{id}/resume":                 {on: "paused"},
 	"POST /v1/sandboxes/{id}/connect":                {on: "paused"},
+	"POST /v1/sandboxes/{id}/archive":                {on: "hibernated"},
 	"POST /v1/sandboxes/{id}/exec":                   {ctype: jsonType, body: `{"cmd":["true"]}`},
 	"POST /v1/sandboxes/{id}/code":                   {ctype: jsonType, body: `{"language":"python","code":"print 1"}`},
 	"POST /v1/sandboxes/{id}/processes":              {ctype: jsonType, body: `{"cmd":["cat"]}`},
@@ -320,8 +323,15 @@ func everyRouteRefusesAnotherTenant(t *testing.T, byCookie bool) {
 		method, pattern := splitRoute(rt)
 		req := validRequests[rt]
 		id := own.running.ID
-		if req.on == "paused" {
+		switch req.on {
+		case "paused":
 			id = own.paused.ID
+		case "hibernated":
+			id = own.paused.ID
+			if _, err := l.eng.Hibernate(context.Background(), tenantA, id); err != nil {
+				t.Fatalf("%s: hibernating A's sandbox for the control: %v", rt, err)
+			}
+			pristine = nil
 		}
 		path, _, _ := fillPattern(pattern, map[string]string{"sandbox": id, "process": strconv.Itoa(own.pid), "webhook": own.webhook.ID, "template": "base", "tenant": tenantA, "node": "node-a", "secret": secretNameA, "wakeup": own.wakeup})
 		if req.query != "" {
