@@ -101,5 +101,6 @@ type Store interface {
 	WebhookStore
 	PoolStore
 	SecretStore
+	VolumeStore
 	Close() error
 }
