@@ -128,6 +128,7 @@ func TestVolumes(t *testing.T) {
 	as(d, acme, "start", b)
 	check(d, "after a daemon restart with the volume unmounted")
 	cl = clientOf(d, acme)
+	var v *torpor.Volume
 
 	// Full at its size, inside; the host's disk spends no more.
 	if out, code := inside(d, a, "dd", "if=/dev/zero", "of=/data/big", "bs=1M", "count=100"); code == 0 || !strings.Contains(out, "No space left on device") {
@@ -140,10 +141,15 @@ func TestVolumes(t *testing.T) {
 	if used := st.Blocks * 512; used > 65<<20 {
 		t.Fatalf("the 64 MiB volume takes %d bytes of the host's disk", used)
 	}
-	mustInside(d, a, "rm", "/data/big")
+	// Through the files route too: a 409 that says no_space.
+	_, err := cl.WriteFile(ctx, client.Volume("data"), "/big2", io.LimitReader(zeroReader{}, 80<<20), nil)
+	if te := torpor.AsError(err); te == nil || te.Code != torpor.EConflict || te.Reason != "no_space" {
+		t.Fatalf("80 MiB more through the files route: %v, want a conflict with reason no_space", err)
+	}
+	mustInside(d, a, "rm", "-f", "/data/big", "/data/big2")
 
 	// Inspect: size, used, who mounts it.
-	v, err := cl.GetVolume(ctx, "data")
+	v, err = cl.GetVolume(ctx, "data")
 	if err != nil || v.SizeMiB != 64 || v.UsedBytes == nil || len(v.MountedBy) != 2 {
 		t.Fatalf("GetVolume = %+v, %v; want 64 MiB, used, mounted by %s and %s", v, err, a, b)
 	}

@@ -9,6 +9,8 @@ import (
 
 	"github.com/torpor-dev/torpor"
 	"github.com/torpor-dev/torpor/files"
+	"github.com/torpor-dev/torpor/lifecycle"
+	"github.com/torpor-dev/torpor/runtime/fake"
 )
 
 // volumeEnv is an env whose fake host keeps files (and volumes) and
@@ -137,4 +139,35 @@ func TestVolumesTenantScopedAndChecked(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.create(torpor.CreateRequest{VolumeMounts: []torpor.VolumeMount{{Name: "mine", Path: "/a"}, {Name: "mine", Path: "/b", ReadOnly: true}}})
+}
+
+// noVolumes is a runtime that cannot mount volumes (as the VM runtime
+// cannot yet).
+type noVolumes struct{ torpor.Runtime }
+
+func (noVolumes) Kind() string { return "novol" }
+
+// A create with volume_mounts on a runtime that cannot mount them is a
+// 400 that says so, and makes nothing.
+func TestVolumeMountsRefusedWhereTheRuntimeCannot(t *testing.T) {
+	var host *fake.Host
+	e := newEnv(t, func(c *lifecycle.Config) {
+		host = fake.NewHost()
+		c.Runtimes = append(c.Runtimes, noVolumes{fake.New(host)})
+	})
+	e.host.FilesDir = t.TempDir()
+	if err := e.store.CreateTenant(ctx, torpor.Tenant{Name: "acme", CreatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.eng.CreateVolume(ctx, "acme", "data", 32); err != nil {
+		t.Fatal(err)
+	}
+	_, err := e.eng.Create(ctx, "acme", torpor.CreateRequest{Template: "base", Runtime: torpor.RuntimeConfig{Kind: "novol"},
+		VolumeMounts: []torpor.VolumeMount{{Name: "data", Path: "/data"}}})
+	if !torpor.IsCode(err, torpor.EInvalid) || !strings.Contains(err.Error(), "cannot mount volumes") {
+		t.Fatalf("create = %v, want invalid_argument saying the runtime cannot mount volumes", err)
+	}
+	if sbs, _ := e.store.ListSandboxes(ctx, torpor.SandboxFilter{}); len(sbs) != 0 {
+		t.Fatalf("sandboxes after the refusal: %d", len(sbs))
+	}
 }
