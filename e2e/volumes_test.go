@@ -28,6 +28,16 @@ func TestVolumes(t *testing.T) {
 	ctx := context.Background()
 	bin := torporBin(t)
 	dataDir := t.TempDir()
+	// A test that fails before its volume is deleted leaves it mounted:
+	// unmounted after the daemon's shutdown (cleanups run last first), so
+	// that the data dir can be removed.
+	t.Cleanup(func() {
+		mnts, _ := filepath.Glob(filepath.Join(dataDir, "*", "volumes", "*", "mnt"))
+		more, _ := filepath.Glob(filepath.Join(dataDir, "volumes", "*", "mnt"))
+		for _, m := range append(mnts, more...) {
+			_ = syscall.Unmount(m, syscall.MNT_DETACH)
+		}
+	})
 	d := startDaemon(t, bin, dataDir)
 	acme := strings.TrimSpace(d.ok("keys", "create", "--tenant", "acme"))
 	bravo := strings.TrimSpace(d.ok("keys", "create", "--tenant", "bravo"))

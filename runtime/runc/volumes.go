@@ -100,8 +100,16 @@ func (r *Runtime) mountVolume(id string) (string, error) {
 	if err := mountImage(image, r.volumeMount(id), false); err != nil {
 		return "", err
 	}
+	// The root is made writable by every user (as a new volume has no
+	// owner inside any sandbox: E2B's run commands as "user"); what is
+	// below it, and a mode set on it later, are the sandboxes' own.
 	root := filepath.Join(r.volumeMount(id), volumeRootName)
-	if err := os.Mkdir(root, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+	switch err := os.Mkdir(root, 0o777); {
+	case err == nil:
+		if err := os.Chmod(root, 0o777); err != nil {
+			return "", err
+		}
+	case !errors.Is(err, fs.ErrExist):
 		return "", err
 	}
 	return root, nil
