@@ -134,6 +134,9 @@ func TestVolumes(t *testing.T) {
 		t.Fatalf("unmount %s: %v", mnt, err)
 	}
 	d = startDaemon(t, bin, dataDir)
+	if st, err := os.Stat(filepath.Join(mnt, "data", "result.txt")); err != nil || st.Size() != int64(len("from-a\n")) {
+		t.Fatalf("the daemon did not mount the volume again at its start: %v", err)
+	}
 	as(d, acme, "start", a)
 	as(d, acme, "start", b)
 	check(d, "after a daemon restart with the volume unmounted")

@@ -263,6 +263,23 @@ func (r *Runtime) RemoveVolume(ctx context.Context, id string) error {
 	return os.RemoveAll(r.volumeDir(id))
 }
 
+// remountVolumes mounts every volume of the runtime's directory that is
+// not mounted (after a host reboot, or a daemon restart with its mounts
+// gone), so that their files and usage are there at once; a volume that
+// does not mount is logged and tried again when it is next needed.
+func (r *Runtime) remountVolumes() {
+	images, _ := filepath.Glob(filepath.Join(r.dir, "volumes", "*", volumeImageName))
+	for _, img := range images {
+		id := filepath.Base(filepath.Dir(img))
+		if checkVolumeID(id) != nil || strings.HasSuffix(id, ".tmp") {
+			continue
+		}
+		if _, err := r.VolumeDir(context.Background(), id); err != nil {
+			r.log.Warn("runc: mounting a volume", "volume", id, "err", err)
+		}
+	}
+}
+
 // volumeBinds mounts the volumes a boot asks for and returns their
 // binds into the sandbox.
 func (r *Runtime) volumeBinds(ctx context.Context, vols []torpor.VolumeBind) ([]ociMount, error) {
