@@ -23,6 +23,9 @@ type CreateRequest struct {
 	// Secrets are the tenant's secrets the sandbox gets, as environment
 	// variables or files (docs/secrets.md); each must exist.
 	Secrets []SecretRef `json:"secrets,omitempty"`
+	// VolumeMounts are the tenant's volumes the sandbox mounts
+	// (docs/volumes.md); each must exist.
+	VolumeMounts []VolumeMount `json:"volume_mounts,omitempty"`
 	// Isolation picks the kind of runtime: "container" or "vm" (empty:
 	// runtime.kind, else the server's default).
 	Isolation string `json:"isolation,omitempty"`
@@ -151,6 +154,9 @@ func (r *CreateRequest) Validate(l Limits) (Resources, error) {
 		return Resources{}, err
 	}
 	if err := ValidateSecretRefs(r.Secrets); err != nil {
+		return Resources{}, err
+	}
+	if err := ValidateVolumeMounts(r.VolumeMounts); err != nil {
 		return Resources{}, err
 	}
 	for _, ref := range r.Secrets {

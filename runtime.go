@@ -65,6 +65,9 @@ type BootSpec struct {
 	// AllowInternet lets the instance reach addresses outside the host's
 	// sandbox network; otherwise only the proxy and hooks reach it.
 	AllowInternet bool
+	// Volumes are the tenant's volumes bound into the instance; only a
+	// VolumeHost runtime is given any.
+	Volumes []VolumeBind
 }
 
 // InstanceState is what a runtime sees of an instance.

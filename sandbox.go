@@ -217,6 +217,9 @@ type Sandbox struct {
 	// Secrets are the tenant's secrets the sandbox gets at each boot and
 	// in each exec'd process: names and where they go, never values.
 	Secrets []SecretRef `json:"secrets,omitempty"`
+	// VolumeMounts are the tenant's volumes the sandbox mounts at each
+	// boot (docs/volumes.md).
+	VolumeMounts []VolumeMount `json:"volume_mounts,omitempty"`
 	// Wakeups are the sandbox's scheduled wake-ups (docs/schedule.md).
 	Wakeups []Wakeup `json:"wakeups"`
 	// Schedule is derived by the engine when it returns a sandbox.
@@ -245,6 +248,7 @@ func (s *Sandbox) Clone() *Sandbox {
 	if s.Secrets != nil {
 		c.Secrets = append([]SecretRef(nil), s.Secrets...)
 	}
+	c.VolumeMounts = CloneVolumeMounts(s.VolumeMounts)
 	if s.Hooks != nil {
 		c.Hooks = make([]Hook, len(s.Hooks))
 		for i, h := range s.Hooks {

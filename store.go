@@ -118,5 +118,6 @@ type Store interface {
 	WebhookStore
 	PoolStore
 	SecretStore
+	VolumeStore
 	Close() error
 }

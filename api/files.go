@@ -21,7 +21,18 @@ import (
 
 // withFiles opens the sandbox's root filesystem for fn and ends the
 // operation (activity, busy mark) when fn returns.
+//
+// Under /v1/volumes/{name}/files it opens the tenant's volume instead
+// (volumes.go): the same handlers, the same confinement.
 func (s *Server) withFiles(r *http.Request, p principal, write bool, fn func(fsys files.FS) error) error {
+	if r.PathValue("id") == "" {
+		fsys, err := s.eng.VolumeFS(r.Context(), p.tenant, r.PathValue("name"))
+		if err != nil {
+			return err
+		}
+		defer fsys.Close()
+		return fn(fsys)
+	}
 	fsys, done, err := s.eng.Files(r.Context(), p.tenant, r.PathValue("id"), write)
 	if err != nil {
 		return err

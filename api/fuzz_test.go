@@ -56,6 +56,9 @@ func newFuzzWorld(t testing.TB, base string, keys *principals) *fuzzWorld {
 	if _, err := w.l.eng.SetSecret(ctx, tenantB, secretNameB, []byte("bravo-secret-value")); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := w.l.eng.CreateVolume(ctx, tenantB, volumeNameB, 32); err != nil {
+		t.Fatal(err)
+	}
 	w.pristine = w.state(t)
 	return w
 }
@@ -82,8 +85,12 @@ func (w *fuzzWorld) state(t testing.TB) []string {
 	return append(rows, w.l.hostState(t, w.a.running.ID, w.a.paused.ID, w.a.gone.ID, w.b.ID)...)
 }
 
-// secretNameB is tenant B's secret in a fuzz world.
-const secretNameB = "bravo-db"
+// secretNameB is tenant B's secret in a fuzz world, volumeNameB its
+// volume.
+const (
+	secretNameB = "bravo-db"
+	volumeNameB = "bravo-vol"
+)
 
 // fuzzCallers are the keys a fuzzed request may carry: A's, the admin's,
 // none, one that is no key.
@@ -99,12 +106,12 @@ var fuzzTypes = []string{"", "", "application/json; charset=utf-8", "text/plain"
 // the raw query and the body as they are.
 func (w *fuzzWorld) fuzzRequest(rt string, who, caller, ctype uint8, seg, query string, body []byte) (req *http.Request, sandbox string, err error) {
 	method, pattern := splitRoute(rt)
-	vals := map[string]string{"sandbox": w.a.running.ID, "process": strconv.Itoa(w.a.pid), "webhook": w.a.webhook.ID, "template": "base", "tenant": tenantA, "node": "node-a", "secret": secretNameA}
+	vals := map[string]string{"sandbox": w.a.running.ID, "process": strconv.Itoa(w.a.pid), "webhook": w.a.webhook.ID, "template": "base", "tenant": tenantA, "node": "node-a", "secret": secretNameA, "volume": volumeNameA}
 	switch who % 4 {
 	case 1:
 		vals["sandbox"] = w.a.paused.ID
 	case 2:
-		vals["sandbox"], vals["webhook"], vals["tenant"], vals["secret"] = w.b.ID, w.bHook, tenantB, secretNameB
+		vals["sandbox"], vals["webhook"], vals["tenant"], vals["secret"], vals["volume"] = w.b.ID, w.bHook, tenantB, secretNameB, volumeNameB
 	case 3:
 		for k := range vals {
 			vals[k] = seg
@@ -214,7 +221,8 @@ func FuzzAPIRequest(f *testing.F) {
 	queryRoutes := []string{"GET /v1/sandboxes", "GET /v1/events", "GET /v1/usage", "GET /v1/sandboxes/{id}/files",
 		"PUT /v1/sandboxes/{id}/files", "DELETE /v1/sandboxes/{id}/files", "GET /v1/sandboxes/{id}/files/list",
 		"GET /v1/sandboxes/{id}/files/tar", "PUT /v1/sandboxes/{id}/files/tar", "GET /v1/sandboxes/{id}/processes/{pid}/output",
-		"GET /v2/sandboxes", "GET /sandboxes", "GET /sandboxes/{id}/metrics"}
+		"GET /v2/sandboxes", "GET /sandboxes", "GET /sandboxes/{id}/metrics",
+		"GET /v1/volumes/{name}/files", "PUT /v1/volumes/{name}/files", "GET /v1/volumes/{name}/files/list", "PUT /v1/volumes/{name}/files/tar"}
 	for i, q := range hostileQueries {
 		for _, rt := range []string{queryRoutes[(2*i)%len(queryRoutes)], queryRoutes[(2*i+1)%len(queryRoutes)]} {
 			f.Add(index(rt), uint8(0), uint8(0), uint8(0), "", q, []byte(validRequests[rt].body))
@@ -224,7 +232,8 @@ func FuzzAPIRequest(f *testing.F) {
 	// one, in turn.
 	segRoutes := []string{"GET /v1/sandboxes/{id}", "POST /v1/sandboxes/{id}/exec", "GET /v1/sandboxes/{id}/processes/{pid}/output",
 		"DELETE /v1/webhooks/{id}", "GET /v1/secrets/{name}", "PUT /v1/secrets/{name}", "DELETE /v1/secrets/{name}", "GET /v1/templates/{name}", "DELETE /v1/templates/{name}", "PATCH /v1/tenants/{name}",
-		"GET /sandboxes/{id}", "POST /sandboxes/{id}/timeout"}
+		"GET /sandboxes/{id}", "POST /sandboxes/{id}/timeout", "GET /v1/volumes/{name}", "PATCH /v1/volumes/{name}", "DELETE /v1/volumes/{name}",
+		"GET /v1/volumes/{name}/files"}
 	for i, seg := range hostileSegments {
 		for _, rt := range []string{segRoutes[(2*i)%len(segRoutes)], segRoutes[(2*i+1)%len(segRoutes)]} {
 			caller := uint8(0)
@@ -254,6 +263,10 @@ func FuzzAPIRequest(f *testing.F) {
 		{"PUT /v1/sandboxes/{id}/files", "path=/root/a%00b", "x"},
 		{"PUT /v1/sandboxes/{id}/files", "path=/root/new.txt&mode=-1", "x"},
 		{"PUT /v1/sandboxes/{id}/files", "path=/root/new.txt&mode=99999999999", "x"},
+		{"PUT /v1/volumes/{name}/files/tar", "path=/", tarOf("../../../etc/evil", "x")},
+		{"PUT /v1/volumes/{name}/files/tar", "path=/", tarOf("/../../evil", "x")},
+		{"GET /v1/volumes/{name}/files", "path=/../../../etc/passwd", ""},
+		{"PUT /v1/volumes/{name}/files", "path=/../escape.txt", "x"},
 	} {
 		f.Add(index(c.rt), uint8(0), uint8(0), uint8(0), "", c.query, []byte(c.body))
 	}
@@ -370,6 +383,14 @@ func truncate(b []byte, n int) string {
 // negative sizes, unicode, deep nesting, and bodies that are not one
 // JSON value.
 var hostileBodies = []string{
+	`{"template":"base","volume_mounts":[{"name":"alpha-vol","path":"/proc/self"}]}`,
+	`{"template":"base","volume_mounts":[{"name":"bravo-vol","path":"/data"}]}`,
+	`{"template":"base","volume_mounts":[{"name":"alpha-vol","path":"/a/../../etc"},{"name":"../alpha-vol","path":"/"}]}`,
+	`{"template":"base","volume_mounts":[{"name":"alpha-vol","path":"/x","read_only":"yes"}]}`,
+	`{"name":"../../etc","size_mib":64}`,
+	`{"name":"alpha-vol","size_mib":-1}`,
+	`{"name":"huge","size_mib":9223372036854775807}`,
+	`{"size_mib":1e309}`,
 	`{"template":"base","secrets":[{"name":"alpha-db","env":"PATH"}]}`,
 	`{"template":"base","secrets":[{"name":"bravo-db","path":"/run/secrets/x"}]}`,
 	`{"template":"base","secrets":[{"name":"../alpha-db","path":"/proc/self/environ"},{"name":"alpha-db","env":"A","path":"/x"}]}`,

@@ -30,6 +30,7 @@ import (
 	"github.com/torpor-dev/torpor/api"
 	"github.com/torpor-dev/torpor/clocktest"
 	"github.com/torpor-dev/torpor/e2b"
+	"github.com/torpor-dev/torpor/files"
 	"github.com/torpor-dev/torpor/lifecycle"
 	"github.com/torpor-dev/torpor/runtime/fake"
 	"github.com/torpor-dev/torpor/store/sqlite"
@@ -270,6 +271,9 @@ const (
 	hookA       = "https://hooks.example.com/alpha-hook-path"
 	procA       = "alpha-process-secret"
 	fileAt      = "/root/alpha.txt"
+	// volumeNameA is A's volume, which holds fileA at volumeFileAt.
+	volumeNameA  = "alpha-vol"
+	volumeFileAt = "/alpha-data.txt"
 )
 
 // seedA gives tenant A a running sandbox (with metadata, env, a file and
@@ -322,7 +326,24 @@ func seedA(t testing.TB, l *listener) objectsA {
 	if err := l.st.CreateWebhook(ctx, a.webhook); err != nil {
 		t.Fatal(err)
 	}
-	a.secrets = []string{metaA, envA, fileA, "alpha-hook-path", procA, a.webhook.ID, a.webhook.Secret, tenantA, secretA, secretNameA}
+	// Seeded again (after a control changed A's objects), the volume is
+	// made anew.
+	if err := l.eng.DeleteVolume(ctx, tenantA, volumeNameA); err != nil && !torpor.IsCode(err, torpor.ENotFound) {
+		t.Fatal(err)
+	}
+	vol, err := l.eng.CreateVolume(ctx, tenantA, volumeNameA, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vfs, err := l.eng.VolumeFS(ctx, tenantA, volumeNameA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := vfs.Write(volumeFileAt, strings.NewReader(fileA), files.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	vfs.Close()
+	a.secrets = []string{metaA, envA, fileA, "alpha-hook-path", procA, a.webhook.ID, a.webhook.Secret, tenantA, secretA, secretNameA, volumeNameA, vol.ID}
 	for _, sb := range []*torpor.Sandbox{a.running, a.paused, a.gone} {
 		a.secrets = append(a.secrets, sb.ID, sb.TrafficToken)
 	}

@@ -216,6 +216,20 @@ func (s *Server) routes() []route {
 		{"GET", "/v1/secrets/{name}", s.getSecret, false, tenantOne},
 		{"PUT", "/v1/secrets/{name}", s.setSecret, false, tenantOne},
 		{"DELETE", "/v1/secrets/{name}", s.deleteSecret, false, tenantOne},
+		{"POST", "/v1/volumes", s.createVolume, false, tenantOne},
+		{"GET", "/v1/volumes", s.listVolumes, false, tenantOne},
+		{"GET", "/v1/volumes/{name}", s.getVolume, false, tenantOne},
+		{"PATCH", "/v1/volumes/{name}", s.resizeVolume, false, tenantOne},
+		{"DELETE", "/v1/volumes/{name}", s.deleteVolume, false, tenantOne},
+		{"GET", "/v1/volumes/{name}/files", s.readFile, false, tenantOne},
+		{"PUT", "/v1/volumes/{name}/files", s.writeFile, false, tenantOne},
+		{"DELETE", "/v1/volumes/{name}/files", s.removeFile, false, tenantOne},
+		{"GET", "/v1/volumes/{name}/files/list", s.listFiles, false, tenantOne},
+		{"GET", "/v1/volumes/{name}/files/stat", s.statFile, false, tenantOne},
+		{"POST", "/v1/volumes/{name}/files/mkdir", s.mkdir, false, tenantOne},
+		{"POST", "/v1/volumes/{name}/files/rename", s.rename, false, tenantOne},
+		{"GET", "/v1/volumes/{name}/files/tar", s.downloadTar, false, tenantOne},
+		{"PUT", "/v1/volumes/{name}/files/tar", s.uploadTar, false, tenantOne},
 	}
 }
 

@@ -54,6 +54,17 @@ var validRequests = map[string]routeRequest{
 	"PUT /v1/sandboxes/{id}/wakeups":                 {ctype: jsonType, body: `{"wakeups":[{"wake_schedule":"@daily"}]}`},
 	"POST /v1/sandboxes/{id}/wakeups":                {ctype: jsonType, body: `{"wake_schedule":"0 3 * * *","time_zone":"Europe/Paris"}`},
 	"PUT /v1/secrets/{name}":                         {ctype: jsonType, body: `{"value":"bravo-or-alpha-value"}`},
+	"POST /v1/volumes":                               {ctype: jsonType, body: `{"name":"made-here","size_mib":64}`},
+	"PATCH /v1/volumes/{name}":                       {ctype: jsonType, body: `{"size_mib":128}`},
+	"GET /v1/volumes/{name}/files":                   {query: "path=" + volumeFileAt},
+	"PUT /v1/volumes/{name}/files":                   {query: "path=/new.txt", ctype: "application/octet-stream", body: "new"},
+	"DELETE /v1/volumes/{name}/files":                {query: "path=" + volumeFileAt},
+	"GET /v1/volumes/{name}/files/list":              {query: "path=/"},
+	"GET /v1/volumes/{name}/files/stat":              {query: "path=" + volumeFileAt},
+	"POST /v1/volumes/{name}/files/mkdir":            {ctype: jsonType, body: `{"path":"/d"}`},
+	"POST /v1/volumes/{name}/files/rename":           {ctype: jsonType, body: `{"from":"` + volumeFileAt + `","to":"/moved.txt"}`},
+	"GET /v1/volumes/{name}/files/tar":               {query: "path=/"},
+	"PUT /v1/volumes/{name}/files/tar":               {query: "path=/in", ctype: "application/x-tar", body: tarOf("x.txt", "x")},
 	"POST /ui/session":                               {ctype: jsonType, body: `{"key":"tpk_not-a-key"}`},
 	// E2B's control plane.
 	"POST /sandboxes":                 {ctype: jsonType, body: `{"templateID":"base"}`},
@@ -117,6 +128,7 @@ var placeholders = map[string]string{
 	"wakeups/{wakeup}":   "wakeup",
 	"secrets/{name}":     "secret",
 	"secrets/{secretID}": "secret",
+	"volumes/{name}":     "volume",
 	"templates/{name}":   "template",
 	"pools/{template}":   "template",
 	"nodes/{name}":       "node",
@@ -228,7 +240,7 @@ func everyRouteRefusesAnotherTenant(t *testing.T, byCookie bool) {
 		method, pattern := splitRoute(rt)
 		req := validRequests[rt]
 		for _, sb := range sandboxes {
-			vals := map[string]string{"sandbox": sb.id, "process": strconv.Itoa(a.pid), "webhook": a.webhook.ID, "template": "base", "tenant": tenantA, "node": "node-a", "secret": secretNameA, "wakeup": a.wakeup}
+			vals := map[string]string{"sandbox": sb.id, "process": strconv.Itoa(a.pid), "webhook": a.webhook.ID, "template": "base", "tenant": tenantA, "node": "node-a", "secret": secretNameA, "wakeup": a.wakeup, "volume": volumeNameA}
 			path, kinds, err := fillPattern(pattern, vals)
 			if err != nil {
 				t.Fatalf("%s: %v", rt, err)
@@ -274,7 +286,7 @@ func everyRouteRefusesAnotherTenant(t *testing.T, byCookie bool) {
 				if got.Code != want.Code || jsonShape(got.Body.Bytes()) != jsonShape(want.Body.Bytes()) {
 					t.Errorf("%s: B's answer depends on A's objects: %d %s; without them: %d %s", name, got.Code, got.Body, want.Code, want.Body)
 				}
-				owned := slices.Contains(kinds, "sandbox") || slices.Contains(kinds, "webhook")
+				owned := slices.Contains(kinds, "sandbox") || slices.Contains(kinds, "webhook") || slices.Contains(kinds, "volume")
 				_, exempt := notTenantScoped[rt]
 				switch {
 				case naming && takesTenant(method, pattern) && got.Code != 403:
@@ -333,7 +345,7 @@ func everyRouteRefusesAnotherTenant(t *testing.T, byCookie bool) {
 			}
 			pristine = nil
 		}
-		path, _, _ := fillPattern(pattern, map[string]string{"sandbox": id, "process": strconv.Itoa(own.pid), "webhook": own.webhook.ID, "template": "base", "tenant": tenantA, "node": "node-a", "secret": secretNameA, "wakeup": own.wakeup})
+		path, _, _ := fillPattern(pattern, map[string]string{"sandbox": id, "process": strconv.Itoa(own.pid), "webhook": own.webhook.ID, "template": "base", "tenant": tenantA, "node": "node-a", "secret": secretNameA, "wakeup": own.wakeup, "volume": volumeNameA})
 		if req.query != "" {
 			path += "?" + req.query
 		}
@@ -355,7 +367,7 @@ func everyRouteRefusesAnotherTenant(t *testing.T, byCookie bool) {
 // invalid.
 func takesTenant(method, pattern string) bool {
 	switch {
-	case strings.HasPrefix(pattern, "/v1/sandboxes/") || strings.HasPrefix(pattern, "/v1/secrets"):
+	case strings.HasPrefix(pattern, "/v1/sandboxes/") || strings.HasPrefix(pattern, "/v1/secrets") || strings.HasPrefix(pattern, "/v1/volumes"):
 		return true
 	case method == "GET" && (pattern == "/v1/sandboxes" || pattern == "/v1/events" || pattern == "/v1/usage"):
 		return true
@@ -375,6 +387,13 @@ func stateOf(t testing.TB, l *listener, ids []string) []string {
 			id, _, _ := strings.Cut(strings.TrimPrefix(r, "sandboxes id="), " ")
 			theirs = append(theirs, id)
 		}
+		// B's volumes: their data on the host is named by their ids.
+		if strings.HasPrefix(r, "volumes ") && strings.Contains(r, "tenant="+tenantB) {
+			if _, rest, ok := strings.Cut(r, " id="); ok {
+				id, _, _ := strings.Cut(rest, " ")
+				theirs = append(theirs, id)
+			}
+		}
 	}
 	mine := rows[:0]
 	for _, r := range rows {
@@ -382,7 +401,12 @@ func stateOf(t testing.TB, l *listener, ids []string) []string {
 			mine = append(mine, r)
 		}
 	}
-	return append(mine, l.hostState(t, ids...)...)
+	for _, h := range l.hostState(t, ids...) {
+		if !slices.ContainsFunc(theirs, func(id string) bool { return strings.HasPrefix(h, "file .volumes/"+id) }) {
+			mine = append(mine, h)
+		}
+	}
+	return mine
 }
 
 // lineDiff lists the lines only in before (-) or only in after (+).

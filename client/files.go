@@ -47,6 +47,9 @@ type MkdirOptions struct {
 }
 
 func filesPath(id, sub string) string {
+	if name, ok := strings.CutPrefix(id, volumeRef); ok {
+		return "/v1/volumes/" + url.PathEscape(name) + "/files" + sub
+	}
 	return "/v1/sandboxes/" + url.PathEscape(id) + "/files" + sub
 }
 

@@ -325,7 +325,10 @@ func TestCreateValidation(t *testing.T) {
 		{"contradicting forms", `{"templateID":"base","autoPause":false,"lifecycle":{"onTimeout":"pause"}}`, 400, "onTimeout"},
 		{"network rules", `{"templateID":"base","network":{"denyOut":["0.0.0.0/0"]}}`, 400, "network"},
 		{"mcp", `{"templateID":"base","mcp":{"x":{}}}`, 400, "mcp"},
-		{"volume mounts", `{"templateID":"base","volumeMounts":[{"name":"v","path":"/data"}]}`, 400, "volumeMounts"},
+		{"volume mounts of no volume", `{"templateID":"base","volumeMounts":[{"name":"v","path":"/data"}]}`, 400, `no volume "v"`},
+		{"volume mounts under /proc", `{"templateID":"base","volumeMounts":[{"name":"v","path":"/proc/x"}]}`, 400, "/proc"},
+		{"volume mounts not a list", `{"templateID":"base","volumeMounts":{"/data":"v"}}`, 400, "volumeMounts"},
+		{"volume mounts read-only", `{"templateID":"base","volumeMounts":[{"name":"v","path":"/data","readOnly":true}]}`, 400, "volumeMounts"},
 		{"allow_internet on a runtime without a network", `{"templateID":"base","allow_internet_access":true}`, 400, "internet"},
 	}
 	for _, c := range cases {

@@ -120,7 +120,7 @@ func createRequest(b newSandbox, defTimeout int64, internet bool) (torpor.Create
 	for _, f := range []struct {
 		name string
 		raw  json.RawMessage
-	}{{"network", b.Network}, {"mcp", b.MCP}, {"iam", b.IAM}, {"volumeMounts", b.VolumeMounts}} {
+	}{{"network", b.Network}, {"mcp", b.MCP}, {"iam", b.IAM}} {
 		if given(f.raw) {
 			what := "not supported by torpor"
 			if f.name == "network" {
@@ -194,6 +194,27 @@ func createRequest(b newSandbox, defTimeout int64, internet bool) (torpor.Create
 		return req, torpor.Invalid("autoResume", "autoResume needs autoPause (lifecycle.onTimeout pause)")
 	}
 
+	if given(b.VolumeMounts) {
+		// E2B's SandboxVolumeMount: {name, path}, read-write; torpor's
+		// volumes of the tenant (docs/volumes.md).
+		var ms []struct {
+			Name string `json:"name"`
+			Path string `json:"path"`
+		}
+		dec := json.NewDecoder(bytes.NewReader(b.VolumeMounts))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&ms); err != nil {
+			return req, torpor.Invalid("volumeMounts", "volumeMounts must be a list of {name, path}")
+		}
+		for _, m := range ms {
+			req.VolumeMounts = append(req.VolumeMounts, torpor.VolumeMount{Name: m.Name, Path: m.Path})
+		}
+		if err := torpor.ValidateVolumeMounts(req.VolumeMounts); err != nil {
+			e := torpor.AsError(err)
+			e.Param = "volumeMounts"
+			return req, e
+		}
+	}
 	req.Metadata = b.Metadata
 	req.Env = b.EnvVars
 	req.AllowInternet = internet

@@ -26,9 +26,10 @@ type newSandbox struct {
 	AllowInternetAccess *bool          `json:"allow_internet_access"`
 	Secure              *bool          `json:"secure"`
 	// What torpor does not serve: refused when given.
-	Network      json.RawMessage `json:"network"`
-	MCP          json.RawMessage `json:"mcp"`
-	IAM          json.RawMessage `json:"iam"`
+	Network json.RawMessage `json:"network"`
+	MCP     json.RawMessage `json:"mcp"`
+	IAM     json.RawMessage `json:"iam"`
+	// VolumeMounts: [{name, path}] of the tenant's volumes.
 	VolumeMounts json.RawMessage `json:"volumeMounts"`
 }
 
@@ -71,7 +72,7 @@ type listedSandbox struct {
 	Metadata     map[string]string `json:"metadata"`
 	State        string            `json:"state"`
 	EnvdVersion  string            `json:"envdVersion"`
-	VolumeMounts []struct{}        `json:"volumeMounts"`
+	VolumeMounts []volumeMount     `json:"volumeMounts"`
 }
 
 // sandboxDetail is E2B's SandboxDetail (GET /sandboxes/{id}).
@@ -198,7 +199,7 @@ func (a *API) listed(sb *torpor.Sandbox) listedSandbox {
 		SandboxID: sb.ID, TemplateID: sb.Template, Alias: a.alias(sb.Template), ClientID: clientID,
 		StartedAt: sb.CreatedAt, EndAt: end, CPUCount: cpuCount(sb.Resources), MemoryMB: sb.Resources.MemoryMiB,
 		DiskSizeMB: sb.Resources.DiskMiB, Metadata: md, State: e2bState(sb.State), EnvdVersion: envd.Version,
-		VolumeMounts: []struct{}{},
+		VolumeMounts: volumeMountsOf(sb),
 	}
 }
 
@@ -211,4 +212,18 @@ func (a *API) detail(sb *torpor.Sandbox) sandboxDetail {
 		listedSandbox: a.listed(sb), EnvdAccessToken: sb.TrafficToken, AllowInternetAccess: sb.AllowInternet,
 		Domain: a.domainPtr(), Lifecycle: sandboxLifecycle{AutoResume: sb.Policy().AutoResume, OnTimeout: onTimeout},
 	}
+}
+
+// volumeMount is E2B's SandboxVolumeMount.
+type volumeMount struct {
+	Name string `json:"name"`
+	Path string `json:"path"`
+}
+
+func volumeMountsOf(sb *torpor.Sandbox) []volumeMount {
+	out := []volumeMount{}
+	for _, m := range sb.VolumeMounts {
+		out = append(out, volumeMount{Name: m.Name, Path: m.Path})
+	}
+	return out
 }

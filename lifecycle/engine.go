@@ -462,6 +462,15 @@ func (e *Engine) create(ctx context.Context, tenant string, req torpor.CreateReq
 		return nil, err
 	}
 	sb.Secrets = req.Secrets
+	if len(req.VolumeMounts) > 0 {
+		// Held until the sandbox is stored, so that a volume it mounts is
+		// not deleted in between.
+		defer e.volumeLocks(tenant, req.VolumeMounts)()
+		if err := e.checkVolumeMounts(ctx, tenant, rt, req.VolumeMounts); err != nil {
+			return nil, err
+		}
+		sb.VolumeMounts = torpor.CloneVolumeMounts(req.VolumeMounts)
+	}
 	sb.KeyID = req.Caller.KeyID
 	sb.NodeLabels = req.NodeLabels
 	if err := e.leaseErr(); err != nil {
@@ -639,7 +648,18 @@ func (e *Engine) boot(ctx context.Context, sb *torpor.Sandbox, rt torpor.Runtime
 		}
 		return e.recordFailure(ctx, sb, secretFailure(err))
 	}
+	vols, err := e.volumeBinds(ctx, sb)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if !torpor.IsCode(err, torpor.EConflict) {
+			return err
+		}
+		return e.recordFailure(ctx, sb, &torpor.Failure{Code: FailureVolume, Message: "volumes: " + err.Error()})
+	}
 	handle, err := e.bootRuntime(ctx, rt, torpor.BootSpec{
+		Volumes:    vols,
 		SandboxID:  sb.ID,
 		Template:   tmpl,
 		Resources:  sb.Resources,

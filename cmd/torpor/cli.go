@@ -52,7 +52,7 @@ func newRoot(c *cli) *cobra.Command {
 		c.verbCmd("touch", nil, "Record activity on a sandbox"),
 		c.verbCmd("rm", []string{"delete"}, "Terminate a sandbox and remove its disk"),
 		c.scheduleCmd(), c.eventsCmd(), c.usageCmd(), c.runtimesCmd(), c.templateCmd(), c.poolsCmd(), c.nodesCmd(), c.keysCmd(), c.tenantsCmd(), c.webhooksCmd(),
-		c.secretsCmd(), c.storeCmd(),
+		c.secretsCmd(), c.volumesCmd(), c.storeCmd(),
 	)
 	refuseUnknownSubcommands(root)
 	return root

@@ -24,6 +24,7 @@ func (c *cli) createCmd() *cobra.Command {
 		env, md          []string
 		nodeLabels       []string
 		secrets          []string
+		volumes          []string
 		setup            []string
 		runtimeKind      string
 		cpus             float64
@@ -38,7 +39,8 @@ func (c *cli) createCmd() *cobra.Command {
 		Short: "Create a sandbox and print its id",
 		Example: `  torpor create --template base
   torpor create -m team=ml --setup 'mkdir -p /data' -- sh -c 'httpd -f -p 8080'
-  torpor create --secret db-password=env:DB_PASSWORD --secret tls-key=path:/run/secrets/tls.key`,
+  torpor create --secret db-password=env:DB_PASSWORD --secret tls-key=path:/run/secrets/tls.key
+  torpor create --volume data:/data --volume models:/models:ro`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var err error
 			if req.Env, err = kv("env", env); err != nil {
@@ -51,6 +53,9 @@ func (c *cli) createCmd() *cobra.Command {
 				return err
 			}
 			if req.Secrets, err = parseSecretRefs(secrets); err != nil {
+				return err
+			}
+			if req.VolumeMounts, err = parseVolumeMounts(volumes); err != nil {
 				return err
 			}
 			res = torpor.Resources{VCPUs: cpus, MemoryMiB: mem, Pids: pids, DiskMiB: disks}
@@ -97,6 +102,7 @@ func (c *cli) createCmd() *cobra.Command {
 	f.StringArrayVarP(&md, "metadata", "m", nil, "metadata KEY=VALUE (repeatable)")
 	f.StringArrayVar(&nodeLabels, "node-label", nil, "in a fleet, place the sandbox on a node with the label KEY=VALUE (repeatable; docs/fleet.md)")
 	f.StringArrayVar(&secrets, "secret", nil, "give the sandbox the tenant's secret NAME as NAME=env:VARIABLE or NAME=path:/ABSOLUTE/PATH (repeatable; docs/secrets.md)")
+	f.StringArrayVar(&volumes, "volume", nil, "mount the tenant's volume NAME as NAME:/PATH, or NAME:/PATH:ro read-only (repeatable; docs/volumes.md)")
 	f.StringArrayVar(&setup, "setup", nil, "shell command run at each boot before the entrypoint (repeatable)")
 	f.StringVar(&runtimeKind, "runtime", "", "runtime (default: the server's)")
 	f.StringVar(&req.Isolation, "isolation", "", "container or vm (default: the server's; torpor runtimes lists them)")

@@ -301,3 +301,22 @@ test('secrets: the Secret class on torpor\'s tenant secrets; one reaches a nativ
     for (const v of [v1, v2, `cli-value-${n}`]) assert.ok(!a.includes(v), `an answer holds a value: ${a}`)
   }
 })
+
+test('volumeMounts: a native volume mounted through the SDK in two sandboxes; its files outlive them', T, async () => {
+  const cli = (...args) => execFileSync(process.env.TORPOR_BIN, args, { encoding: 'utf8' })
+  cli('volumes', 'create', 'sdk-data', '32')
+  const sbx = await create({ volumeMounts: { '/mnt/data': 'sdk-data' } })
+  await sbx.commands.run('echo from-sdk > /mnt/data/out.txt')
+  const info = await Sandbox.getInfo(sbx.sandboxId)
+  assert.deepEqual(info.volumeMounts, [{ name: 'sdk-data', path: '/mnt/data' }])
+  const other = await create({ volumeMounts: { '/in': 'sdk-data' } })
+  assert.equal((await other.commands.run('cat /in/out.txt')).stdout, 'from-sdk\n')
+  await assert.rejects(create({ volumeMounts: { '/x': 'no-such-volume' } }))
+  assert.throws(() => cli('volumes', 'rm', 'sdk-data'))
+  await sbx.kill()
+  await other.kill()
+  const kept = await create({ volumeMounts: { '/again': 'sdk-data' } })
+  assert.equal((await kept.commands.run('cat /again/out.txt')).stdout, 'from-sdk\n')
+  await kept.kill()
+  cli('volumes', 'rm', 'sdk-data')
+})

@@ -124,7 +124,12 @@ func (r *Runtime) start(ctx context.Context, spec torpor.BootSpec) (instance, er
 			r.log.Warn("runc: writing the sandbox's /etc/resolv.conf", "sandbox", id, "err", err)
 		}
 	}
+	vols, err := r.volumeBinds(ctx, spec.Volumes)
+	if err != nil {
+		return instance{}, err
+	}
 	config := buildSpec(specInput{
+		Volumes:   vols,
 		Boot:      spec,
 		RootFS:    r.rootfsDir(id),
 		Init:      r.init,

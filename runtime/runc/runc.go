@@ -114,6 +114,10 @@ type Runtime struct {
 	mkfs string
 	// blanks serialises making each blank disk image.
 	blanks keyedmutex.Mutex
+	// volumes serialises the changes to each volume (volumes.go), and
+	// noDisks says why the host cannot make disks of a fixed size.
+	volumes keyedmutex.Mutex
+	noDisks string
 	// spares are disks made ahead of the boots that take them (spare.go).
 	spares spareSet
 }
@@ -188,11 +192,13 @@ func New(cfg Config) (*Runtime, error) {
 			noDisks = err.Error()
 		}
 	}
+	r.noDisks = noDisks
 	if noDisks != "" {
 		r.log.Warn("runc: sandboxes' disk_mib is not enforced: their disks are directories on the host's file system", "why", noDisks)
 	} else {
 		r.mkfs = mkfs
 		removeStaleSpares(filepath.Join(dir, "disks"))
+		r.remountVolumes()
 	}
 	r.code = instances.CodeServer{Who: Kind, CheckRef: checkRef, Conn: r.codeConn, Runtime: r}
 	r.ProcessClient = initproc.ProcessClient{Send: r.code.Send, Who: Kind}

@@ -139,6 +139,8 @@ type specInput struct {
 	// package, with eth0 on the host bridge); empty: a new one with only
 	// a loopback.
 	NetNS string
+	// Volumes are the binds of the sandbox's volumes (volumeBinds).
+	Volumes []ociMount
 }
 
 // defaultCaps are the capabilities `runc spec` gives a container.
@@ -173,6 +175,7 @@ func buildSpec(in specInput) ociSpec {
 	}
 	mounts = append(mounts, in.Init.mounts...)
 	mounts = append(mounts, ociMount{Destination: runMount, Type: "bind", Source: in.RunDir, Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"}})
+	mounts = append(mounts, in.Volumes...)
 	return ociSpec{
 		OCIVersion: "1.0.2",
 		Process: ociProcess{

@@ -51,6 +51,8 @@ var copyTables = []copyTable{
 	// with the target's, bound to the same tenant and name.
 	{name: "secrets", query: `SELECT tenant, name, value, version, created_at, updated_at FROM secrets`,
 		columns: []string{"tenant", "name", "value", "version", "created_at", "updated_at"}},
+	{name: "volumes", query: `SELECT tenant, name, id, size_mib, node, created_at, updated_at FROM volumes`,
+		columns: []string{"tenant", "name", "id", "size_mib", "node", "created_at", "updated_at"}},
 	{name: "usage", query: `SELECT seq, sandbox_id, tenant, kind, start_us, end_us, seconds, vcpu_s, memory_gib_s, disk_gib_s, snapshot_gib_s, cost FROM usage ORDER BY seq`,
 		columns: []string{"seq", "sandbox_id", "tenant", "kind", "start_us", "end_us", "seconds", "vcpu_s", "memory_gib_s", "disk_gib_s", "snapshot_gib_s", "cost"}, seq: "seq"},
 	{name: "gpu_leases", query: `SELECT id, record FROM gpu_leases`, columns: []string{"id", "record"}},

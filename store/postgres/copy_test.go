@@ -54,6 +54,7 @@ func TestCopyFromSQLite(t *testing.T) {
 		Cause: "run", Billed: true, Start: t0, End: t0.Add(time.Second), Seconds: 1, GPUs: 1, SliceMiB: 1024}}))
 	must(src.FlagKey(ctx, gpulease.Flag{Tenant: "acme", KeyID: "key_1", LeaseID: "gl_1", At: t0}))
 	must(src.SetPool(ctx, torpor.PoolConfig{Template: "base", Size: 2, AllowInternet: true}))
+	must(src.CreateVolume(ctx, torpor.Volume{Tenant: "acme", Name: "data", ID: "vol_1", SizeMiB: 64, Node: "n1", CreatedAt: t0, UpdatedAt: t0}))
 	_, err = src.SetSecret(ctx, "acme", "db", []byte("v1"), t0)
 	must(err)
 	_, err = src.SetSecret(ctx, "acme", "db", []byte("hunter2"), t0.Add(time.Hour))
@@ -104,6 +105,7 @@ func TestCopyFromSQLite(t *testing.T) {
 		t.Errorf("key flags after the copy: %+v, %v", flags, err)
 	}
 	same("secrets", func(s torpor.Store) (any, error) { return s.ListSecrets(ctx, "acme") })
+	same("volumes", func(s torpor.Store) (any, error) { return s.ListVolumes(ctx, "acme") })
 	if v, err := dst.SecretValue(ctx, "acme", "db"); err != nil || string(v) != "hunter2" {
 		t.Errorf("secret value after the copy: %q, %v", v, err)
 	}

@@ -12,40 +12,41 @@ import (
 // (which hides Env and Handle): change it only in ways that still read the
 // records already written.
 type sandboxRecord struct {
-	Template       string            `json:"template"`
-	StateSince     int64             `json:"state_since_us"`
-	Failure        *failureRecord    `json:"failure,omitempty"`
-	LastActivityAt int64             `json:"last_activity_at_us"`
-	TerminatedAt   *int64            `json:"terminated_at_us,omitempty"`
-	Resources      resourcesRecord   `json:"resources"`
-	Metadata       map[string]string `json:"metadata"`
-	Runtime        runtimeRecord     `json:"runtime"`
-	PauseModes     []string          `json:"pause_modes"`
-	PauseMode      string            `json:"pause_mode,omitempty"`
-	Boots          int               `json:"boots,omitempty"`
-	Env            map[string]string `json:"env"`
-	Handle         string            `json:"handle,omitempty"`
-	Timeout        optRecord         `json:"timeout"`
-	Lifecycle      *lifecycleRecord  `json:"lifecycle,omitempty"`
-	Policy         policyRecord      `json:"lifecycle_policy"`
-	Meters         countersRecord    `json:"meters"`
-	Hooks          []hookRecord      `json:"hooks,omitempty"`
-	IgnoreHooks    bool              `json:"ignore_image_hooks,omitempty"`
-	HookFailure    *hookFailRecord   `json:"hook_failure,omitempty"`
-	Ports          []portRecord      `json:"ports,omitempty"`
-	TrafficToken   string            `json:"traffic_token,omitempty"`
-	Secrets        []secretRefRecord `json:"secrets,omitempty"`
-	Snapshot       *snapshotRecord   `json:"snapshot,omitempty"`
-	AllowInternet  bool              `json:"allow_internet,omitempty"`
-	Accel          *torpor.Accel     `json:"accel,omitempty"`
-	KeyID          string            `json:"key_id,omitempty"`
-	Pool           string            `json:"pool,omitempty"`
-	FromPool       bool              `json:"from_pool,omitempty"`
-	UsageKind      string            `json:"usage_kind,omitempty"`
-	UsageSince     int64             `json:"usage_since_us,omitempty"`
-	EndAt          *int64            `json:"end_at_us,omitempty"`
-	EndAfter       int64             `json:"end_after_s,omitempty"`
-	OnEnd          string            `json:"on_end,omitempty"`
+	Template       string              `json:"template"`
+	StateSince     int64               `json:"state_since_us"`
+	Failure        *failureRecord      `json:"failure,omitempty"`
+	LastActivityAt int64               `json:"last_activity_at_us"`
+	TerminatedAt   *int64              `json:"terminated_at_us,omitempty"`
+	Resources      resourcesRecord     `json:"resources"`
+	Metadata       map[string]string   `json:"metadata"`
+	Runtime        runtimeRecord       `json:"runtime"`
+	PauseModes     []string            `json:"pause_modes"`
+	PauseMode      string              `json:"pause_mode,omitempty"`
+	Boots          int                 `json:"boots,omitempty"`
+	Env            map[string]string   `json:"env"`
+	Handle         string              `json:"handle,omitempty"`
+	Timeout        optRecord           `json:"timeout"`
+	Lifecycle      *lifecycleRecord    `json:"lifecycle,omitempty"`
+	Policy         policyRecord        `json:"lifecycle_policy"`
+	Meters         countersRecord      `json:"meters"`
+	Hooks          []hookRecord        `json:"hooks,omitempty"`
+	IgnoreHooks    bool                `json:"ignore_image_hooks,omitempty"`
+	HookFailure    *hookFailRecord     `json:"hook_failure,omitempty"`
+	Ports          []portRecord        `json:"ports,omitempty"`
+	TrafficToken   string              `json:"traffic_token,omitempty"`
+	Secrets        []secretRefRecord   `json:"secrets,omitempty"`
+	VolumeMounts   []volumeMountRecord `json:"volume_mounts,omitempty"`
+	Snapshot       *snapshotRecord     `json:"snapshot,omitempty"`
+	AllowInternet  bool                `json:"allow_internet,omitempty"`
+	Accel          *torpor.Accel       `json:"accel,omitempty"`
+	KeyID          string              `json:"key_id,omitempty"`
+	Pool           string              `json:"pool,omitempty"`
+	FromPool       bool                `json:"from_pool,omitempty"`
+	UsageKind      string              `json:"usage_kind,omitempty"`
+	UsageSince     int64               `json:"usage_since_us,omitempty"`
+	EndAt          *int64              `json:"end_at_us,omitempty"`
+	EndAfter       int64               `json:"end_after_s,omitempty"`
+	OnEnd          string              `json:"on_end,omitempty"`
 	// The node itself is a column (node), as tenant and state are.
 	NodeEpoch  int64             `json:"node_epoch,omitempty"`
 	NodeLabels map[string]string `json:"node_labels,omitempty"`
@@ -79,6 +80,14 @@ type secretRefRecord struct {
 	Name string `json:"name"`
 	Env  string `json:"env,omitempty"`
 	Path string `json:"path,omitempty"`
+}
+
+// volumeMountRecord is a sandbox's volume mount; DeleteVolume's check
+// reads its name ($.volume_mounts[*].name).
+type volumeMountRecord struct {
+	Name     string `json:"name"`
+	Path     string `json:"path"`
+	ReadOnly bool   `json:"read_only,omitempty"`
 }
 
 type snapshotRecord struct {
@@ -218,6 +227,9 @@ func encodeRecord(sb *torpor.Sandbox) (string, error) {
 	for _, ref := range sb.Secrets {
 		r.Secrets = append(r.Secrets, secretRefRecord(ref))
 	}
+	for _, m := range sb.VolumeMounts {
+		r.VolumeMounts = append(r.VolumeMounts, volumeMountRecord(m))
+	}
 	if sb.Snapshot != nil {
 		r.Snapshot = &snapshotRecord{Path: sb.Snapshot.Path, SizeBytes: sb.Snapshot.SizeBytes}
 	}
@@ -309,6 +321,9 @@ func decodeRecord(sb *torpor.Sandbox, data string) error {
 	sb.Wakeups = wakeupsOf(r.Wakeups)
 	for _, ref := range r.Secrets {
 		sb.Secrets = append(sb.Secrets, torpor.SecretRef(ref))
+	}
+	for _, m := range r.VolumeMounts {
+		sb.VolumeMounts = append(sb.VolumeMounts, torpor.VolumeMount(m))
 	}
 	if r.Snapshot != nil {
 		sb.Snapshot = &torpor.SnapshotInfo{Path: r.Snapshot.Path, SizeBytes: r.Snapshot.SizeBytes}

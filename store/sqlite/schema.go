@@ -102,6 +102,8 @@ ALTER TABLE tenants ADD COLUMN max_disk_mib   INTEGER NOT NULL DEFAULT 0;
 		nodeInstanceSchema,
 		// 11: tenants' secrets, their values sealed (secrets.go).
 		secretsSchema,
+		// 12: tenants' volumes (volumes.go).
+		volumesSchema,
 	}
 }
 

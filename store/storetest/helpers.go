@@ -95,6 +95,7 @@ func fullSandbox(id, tenant string) *torpor.Sandbox {
 		Ports:            []torpor.PortSpec{{Port: 8080, Public: true}, {Port: 9000}},
 		TrafficToken:     "tt_abc",
 		Secrets:          []torpor.SecretRef{{Name: "db", Env: "DB_PASSWORD"}, {Name: "tls.key", Path: "/run/secrets/tls.key"}},
+		VolumeMounts:     []torpor.VolumeMount{{Name: "data", Path: "/data"}, {Name: "models", Path: "/models", ReadOnly: true}},
 		Wakeups: []torpor.Wakeup{
 			{ID: "wk_a", WakeupSpec: torpor.WakeupSpec{WakeSchedule: "0 3 * * *", TimeZone: "Europe/Paris", Cmd: []string{"./nightly.sh"}, TimeoutSeconds: 60},
 				CreatedAt: at(time.Hour), NextAt: ptime(at(3 * time.Hour)), RetryAt: ptime(at(2*time.Hour + 23*time.Microsecond)), Waiting: "capacity", Runs: 2,

@@ -58,6 +58,7 @@ func Run(t *testing.T, open Opener) {
 		{"Templates", templateTests()},
 		{"Webhooks", webhookTests()},
 		{"Secrets", secretTests()},
+		{"Volumes", volumeTests()},
 		{"Pools", poolTests()},
 		{"Usage", usageTests()},
 		{"Durability", durabilityTests()},

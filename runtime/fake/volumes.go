@@ -1,0 +1,89 @@
+package fake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/torpor-dev/torpor"
+)
+
+var _ torpor.VolumeHost = (*Runtime)(nil)
+
+// The fake keeps a volume as the directory FilesDir/.volumes/<id>, of no
+// fixed size, and its size beside it; without a FilesDir it keeps none.
+
+func (r *Runtime) volumeDir(id string) (string, error) {
+	if err := checkID(id); err != nil {
+		return "", err
+	}
+	if r.h.FilesDir == "" {
+		return "", torpor.Errorf(torpor.EUnavailable, "the fake runtime has no FilesDir for volumes")
+	}
+	return filepath.Join(r.h.FilesDir, ".volumes", id), nil
+}
+
+// MakeVolume makes the volume's directory.
+func (r *Runtime) MakeVolume(ctx context.Context, id string, sizeMiB int64) error {
+	dir, err := r.volumeDir(id)
+	if err != nil {
+		return err
+	}
+	r.h.mu.Lock()
+	defer r.h.mu.Unlock()
+	if err := r.h.takeFail("make_volume"); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("fake: %w", err)
+	}
+	return nil
+}
+
+// VolumeDir returns the volume's directory; not_found when it has none.
+func (r *Runtime) VolumeDir(ctx context.Context, id string) (string, error) {
+	dir, err := r.volumeDir(id)
+	if err != nil {
+		return "", err
+	}
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		return "", torpor.Errorf(torpor.ENotFound, "the data of volume %s is not on this node", id)
+	}
+	return dir, nil
+}
+
+// GrowVolume does nothing but check that the volume is there.
+func (r *Runtime) GrowVolume(ctx context.Context, id string, sizeMiB int64) error {
+	_, err := r.VolumeDir(ctx, id)
+	return err
+}
+
+// VolumeUsed sums the sizes of the volume's regular files.
+func (r *Runtime) VolumeUsed(ctx context.Context, id string) (int64, error) {
+	dir, err := r.VolumeDir(ctx, id)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				n += fi.Size()
+			}
+		}
+		return nil
+	})
+	return n, err
+}
+
+// RemoveVolume removes the volume's directory.
+func (r *Runtime) RemoveVolume(ctx context.Context, id string) error {
+	dir, err := r.volumeDir(id)
+	if err != nil {
+		return err
+	}
+	return os.RemoveAll(dir)
+}
