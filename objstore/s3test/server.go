@@ -24,8 +24,9 @@ import (
 // built once per machine, when missing, into
 // $XDG_CACHE_HOME/torpor-test/s3server-HASH/s3server (HASH: of the files
 // of tools/s3server, so a change to them builds a new one), or taken from
-// $TORPOR_S3SERVER when that is set (scripts/test.sh builds it there
-// beforehand).
+// $TORPOR_S3SERVER when that is set (scripts/test.sh builds it there in
+// the background, holding the lock file beside it, .lock, while it does;
+// Start waits for that).
 
 // ServerEnv names the environment variable that gives the path of a built
 // tools/s3server binary; when it is set, Start uses it and builds nothing.
@@ -37,8 +38,15 @@ const ServerEnv = "TORPOR_S3SERVER"
 // the build is broken.
 var serverBinary = sync.OnceValues(func() (path string, err error) {
 	if p := os.Getenv(ServerEnv); p != "" {
+		// scripts/test.sh builds it there in the background under the
+		// lock beside it: wait for that build to end.
 		if _, err := os.Stat(p); err != nil {
-			return "", fmt.Errorf("$%s: %w", ServerEnv, err)
+			if err := waitLock(filepath.Join(filepath.Dir(p), ".lock")); err != nil {
+				return "", err
+			}
+		}
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("$%s: %w (did its build fail?)", ServerEnv, err)
 		}
 		return p, nil
 	}
@@ -163,6 +171,19 @@ func build(src, out string) error {
 	}
 	fmt.Fprintf(os.Stderr, "s3test: built the S3 server in %v: %s\n", time.Since(start).Round(100*time.Millisecond), out)
 	return os.Rename(tmp, out)
+}
+
+// waitLock waits until no one holds the lock file, if there is one.
+func waitLock(path string) error {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return syscall.Flock(int(f.Fd()), syscall.LOCK_SH)
 }
 
 // serverProcess is a running tools/s3server.
