@@ -213,6 +213,13 @@ func (s *s3Store) Put(ctx context.Context, key string, r io.Reader, size int64) 
 	_, err := s.client.PutObject(ctx, s.bucket, s.prefix+key, r, size, minio.PutObjectOptions{
 		PartSize:    partSize,
 		ContentType: "application/octet-stream",
+		// Over plain HTTP minio-go signs an upload chunk by chunk
+		// (aws-chunked); for an empty object it declares no body but
+		// sends the closing chunk anyway, which a server reads as the
+		// start of the connection's next request and answers with a
+		// 400 that the client's next request then reads as its own. An
+		// empty body signed whole is no cost.
+		DisableContentSha256: size == 0,
 	})
 	if err != nil {
 		return fmt.Errorf("objstore: put %s in %s: %w", key, s.where, err)

@@ -18,6 +18,44 @@ ensure_e2b_sdk
 ensure_go
 echo "==> $(go version)"
 
+# The S3 server the object-store, lifecycle and fleet tests run against
+# (tools/s3server: Versity's S3 gateway, a module of its own), built in the
+# background while go vet and the first tests run, into the path where
+# objstore/s3test looks for it (one per version of tools/s3server). The
+# build holds the lock beside the binary, and s3test, told the path by
+# TORPOR_S3SERVER, waits on that lock before its first server, so the
+# packages that need it wait for it and no test skips for want of it.
+s3_hash=$(export LC_ALL=C; for f in tools/s3server/*; do [[ -f $f ]] && cat "$f"; done | sha256sum | cut -c1-12)
+export TORPOR_S3SERVER="${XDG_CACHE_HOME:-$HOME/.cache}/torpor-test/s3server-$s3_hash/s3server"
+mkdir -p "$(dirname "$TORPOR_S3SERVER")"
+s3_log=$(mktemp)
+(
+  exec 9>"$(dirname "$TORPOR_S3SERVER")/.lock"
+  flock 9
+  start=$SECONDS
+  if [[ -x $TORPOR_S3SERVER ]]; then
+    echo "==> S3 server: already built ($TORPOR_S3SERVER)"
+    exit 0
+  fi
+  cd tools/s3server
+  GOWORK=off GOFLAGS= CGO_ENABLED=0 go build -trimpath -o "$TORPOR_S3SERVER.$$" . &&
+    mv "$TORPOR_S3SERVER.$$" "$TORPOR_S3SERVER" &&
+    echo "==> S3 server: built in $((SECONDS - start)) s ($TORPOR_S3SERVER)"
+) >"$s3_log" 2>&1 &
+s3_build=$!
+# wait_s3_server waits for the build, shows its output and fails the run
+# if it failed.
+wait_s3_server() {
+  local rc=0
+  wait "$s3_build" || rc=$?
+  cat "$s3_log"
+  rm -f "$s3_log"
+  if [[ $rc -ne 0 ]]; then
+    echo "building the S3 server (tools/s3server) failed" >&2
+    exit 1
+  fi
+}
+
 echo "==> gofmt and go vet"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [[ -n $unformatted ]]; then
@@ -30,7 +68,12 @@ echo "==> go test"
 # The lifecycle, store, API and GPU lease packages run with the race detector; the
 # runtime and end-to-end packages drive real containers and run without it.
 race=(./ ./lifecycle/... ./store/... ./api/... ./client/... ./gpu/... ./proxy/...)
-go test -count=1 -race "${race[@]}"
+# The lifecycle package's fleet tests need the S3 server: go test starts
+# at once and they wait for its build (s3test waits on the build's lock).
+race_rc=0
+go test -count=1 -race "${race[@]}" || race_rc=$?
+wait_s3_server
+[[ $race_rc -eq 0 ]] || exit "$race_rc"
 # Everything else, one package at a time (they start real sandboxes).
 rest=$(go list ./... | grep -v -x -F "$(go list "${race[@]}")")
 go test -count=1 -p 1 -timeout 20m $rest

@@ -1,31 +1,39 @@
-// Package s3test runs an S3-compatible server for tests: gofakes3 with its
-// in-memory backend, on a loopback TCP port, behind a handler that can
-// make it fail on purpose. It speaks real S3 over HTTP, so a test can point
-// objstore.Open at it, and so can torpor daemons that a test runs as
-// separate processes (give them URL and Env).
+// Package s3test runs a real S3-compatible server for tests: Versity's S3
+// gateway (github.com/versity/versitygw) with its POSIX backend, built
+// from tools/s3server and run as a separate process with its data in a
+// temporary directory, behind a proxy on a loopback TCP port that can make
+// it fail on purpose. It speaks real S3 over HTTP and checks signatures,
+// so a test can point objstore.Open at it, and so can torpor daemons that
+// a test runs as separate processes (give them URL and Env).
 //
-// The server checks the access key of each request (Authorization or a
-// presigned URL's X-Amz-Credential), not its signature; a request with
-// another key, or none, is refused with 403 AccessDenied.
+// The server is built once per machine (see CachedPath); where it cannot
+// be (no go tool, no network to the module proxy and no built binary),
+// Start skips the test with what is missing.
 //
-// Everything is kept in memory and is lost when the test ends.
+// Everything is lost when the test ends.
 package s3test
 
 import (
+	"context"
 	"encoding/xml"
+	"errors"
 	"fmt"
 	"io"
 	"log"
 	"maps"
 	"net"
 	"net/http"
+	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
-	"github.com/johannesboyne/gofakes3"
-	"github.com/johannesboyne/gofakes3/backend/s3mem"
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
 )
 
 // The credentials the server accepts, and its region.
@@ -39,8 +47,9 @@ const (
 // use.
 type Server struct {
 	tb       testing.TB
-	backend  *s3mem.Backend
-	s3       http.Handler
+	proc     *serverProcess
+	proxy    *httputil.ReverseProxy
+	admin    *minio.Client // straight to the server, past the faults
 	srv      *http.Server
 	endpoint string
 
@@ -51,17 +60,50 @@ type Server struct {
 	requests map[string]int64
 }
 
-// Start starts a server on 127.0.0.1 and stops it when tb ends.
+// Start starts a server, with its proxy on 127.0.0.1, and stops it when
+// tb ends.
 func Start(tb testing.TB) *Server {
 	tb.Helper()
-	backend := s3mem.New()
+	proc := startServer(tb)
+	dial := func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", proc.socket())
+	}
+	transport := &http.Transport{
+		DialContext:         dial,
+		MaxIdleConnsPerHost: 16,
+		IdleConnTimeout:     30 * time.Second,
+		// The client's Accept-Encoding, whatever it is, goes to the
+		// server as it came; the proxy adds none.
+		DisableCompression: true,
+	}
 	s := &Server{
 		tb:       tb,
-		backend:  backend,
-		s3:       gofakes3.New(backend, gofakes3.WithLogger(gofakes3.DiscardLog())).Server(),
+		proc:     proc,
 		cutLeft:  -1,
 		requests: map[string]int64{},
 	}
+	s.proxy = &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.Out.URL.Scheme = "http"
+			r.Out.URL.Host = r.In.Host
+			// The Host header is part of what the client signed.
+			r.Out.Host = r.In.Host
+		},
+		Transport:    transport,
+		ErrorLog:     log.New(io.Discard, "", 0),
+		ErrorHandler: s.proxyError,
+	}
+	admin, err := minio.New("localhost", &minio.Options{
+		Creds:        credentials.NewStaticV4(AccessKey, SecretKey, ""),
+		Region:       Region,
+		BucketLookup: minio.BucketLookupPath,
+		Transport:    &http.Transport{DialContext: dial, DisableCompression: true},
+	})
+	if err != nil {
+		tb.Fatalf("s3test: %v", err)
+	}
+	s.admin = admin
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatalf("s3test: listen: %v", err)
@@ -74,7 +116,11 @@ func Start(tb testing.TB) *Server {
 		ErrorLog: log.New(io.Discard, "", 0),
 	}
 	go s.srv.Serve(ln)
-	tb.Cleanup(func() { s.srv.Close() })
+	// Cleanups run last in, first out: the proxy stops before the server.
+	tb.Cleanup(func() {
+		s.srv.Close()
+		transport.CloseIdleConnections()
+	})
 	return s
 }
 
@@ -99,9 +145,11 @@ func (s *Server) URL(bucket string) string {
 // CreateBucket makes the bucket if it does not exist.
 func (s *Server) CreateBucket(name string) {
 	s.tb.Helper()
-	ok, err := s.backend.BucketExists(name)
-	if err == nil && !ok {
-		err = s.backend.CreateBucket(name)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err := s.admin.MakeBucket(ctx, name, minio.MakeBucketOptions{Region: Region})
+	if code := minio.ToErrorResponse(err).Code; code == "BucketAlreadyOwnedByYou" || code == "BucketAlreadyExists" {
+		err = nil
 	}
 	if err != nil {
 		s.tb.Fatalf("s3test: create bucket %q: %v", name, err)
@@ -112,13 +160,18 @@ func (s *Server) CreateBucket(name string) {
 // server's faults.
 func (s *Server) Keys(bucket string) []string {
 	s.tb.Helper()
-	list, err := s.backend.ListBucket(bucket, &gofakes3.Prefix{}, gofakes3.ListBucketPage{})
-	if err != nil {
-		s.tb.Fatalf("s3test: list bucket %q: %v", bucket, err)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var keys []string
+	for obj := range s.admin.ListObjects(ctx, bucket, minio.ListObjectsOptions{Recursive: true}) {
+		if obj.Err != nil {
+			s.tb.Fatalf("s3test: list bucket %q: %v", bucket, obj.Err)
+		}
+		keys = append(keys, obj.Key)
 	}
-	keys := make([]string, 0, len(list.Contents))
-	for _, c := range list.Contents {
-		keys = append(keys, c.Key)
+	slices.Sort(keys)
+	if keys == nil {
+		keys = []string{}
 	}
 	return keys
 }
@@ -171,7 +224,7 @@ func (s *Server) Requests() map[string]int64 {
 	return maps.Clone(s.requests)
 }
 
-// ServeHTTP applies the faults, then hands the request to gofakes3.
+// ServeHTTP applies the faults, then hands the request to the server.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	s.requests[r.Method]++
@@ -191,20 +244,48 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.refuse(w, r, http.StatusInternalServerError, "InternalError", "a failure on purpose (s3test FailNext)")
 		return
 	}
-	if key := accessKey(r); key != AccessKey {
-		s.refuse(w, r, http.StatusForbidden, "AccessDenied", fmt.Sprintf("the test server knows no access key %q", key))
-		return
+	if cut && isUpload(r) {
+		c := &cutReader{s: s, body: r.Body, size: r.ContentLength}
+		r.Body = c
+		r = r.WithContext(context.WithValue(r.Context(), cutKey{}, c))
 	}
-	if isUpload(r) {
-		if cut {
-			r.Body = &cutReader{s: s, body: r.Body, w: w, size: r.ContentLength}
-		}
-		if err := decodeAWSChunked(r); err != nil {
-			s.refuse(w, r, http.StatusBadRequest, "InvalidRequest", err.Error())
+	s.proxy.ServeHTTP(w, r)
+}
+
+type cutKey struct{}
+
+// proxyError answers a request the proxy could not pass on. A cut upload's
+// connection is reset, so that the client learns at once that its upload
+// broke, in the middle of sending it.
+func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
+	if c, _ := r.Context().Value(cutKey{}).(*cutReader); c != nil && c.cut.Load() {
+		if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+			if tcp, ok := conn.(*net.TCPConn); ok {
+				tcp.SetLinger(0)
+			}
+			conn.Close()
 			return
 		}
 	}
-	s.s3.ServeHTTP(w, r)
+	if errors.Is(err, context.Canceled) {
+		return // the client went away
+	}
+	w.Header().Set("Content-Type", "application/xml")
+	w.WriteHeader(http.StatusBadGateway)
+	fmt.Fprintf(w, "%s<Error><Code>BadGateway</Code><Message>s3test: %s</Message></Error>", xml.Header, xmlEscape(err.Error()))
+}
+
+// errorResponse is an S3 error's body.
+type errorResponse struct {
+	XMLName xml.Name `xml:"Error"`
+	Code    string
+	Message string
+}
+
+func xmlEscape(s string) string {
+	var b strings.Builder
+	xml.EscapeText(&b, []byte(s))
+	return b.String()
 }
 
 // refuse answers an S3 error, reading the request's body first so that the
@@ -217,7 +298,7 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, status int, code
 		return
 	}
 	io.WriteString(w, xml.Header)
-	xml.NewEncoder(w).Encode(gofakes3.ErrorResponse{Code: gofakes3.ErrorCode(code), Message: msg})
+	xml.NewEncoder(w).Encode(errorResponse{Code: code, Message: msg})
 }
 
 // isUpload tells a request that sends an object's bytes (a PutObject or an
@@ -230,48 +311,20 @@ func isUpload(r *http.Request) bool {
 	return key != ""
 }
 
-// accessKey returns the access key a request is signed with: the first
-// part of the credential scope of a version 4 signature, or the key of a
-// version 2 one.
-func accessKey(r *http.Request) string {
-	if c := r.URL.Query().Get("X-Amz-Credential"); c != "" {
-		key, _, _ := strings.Cut(c, "/")
-		return key
-	}
-	if k := r.URL.Query().Get("AWSAccessKeyId"); k != "" {
-		return k
-	}
-	auth := r.Header.Get("Authorization")
-	if rest, ok := strings.CutPrefix(auth, "AWS4-HMAC-SHA256 "); ok {
-		for field := range strings.SplitSeq(rest, ",") {
-			if c, ok := strings.CutPrefix(strings.TrimSpace(field), "Credential="); ok {
-				key, _, _ := strings.Cut(c, "/")
-				return key
-			}
-		}
-		return ""
-	}
-	if rest, ok := strings.CutPrefix(auth, "AWS "); ok {
-		key, _, _ := strings.Cut(rest, ":")
-		return key
-	}
-	return ""
-}
-
 // cutReader is the body of an upload under CutUploadsAfter: it takes what
 // it passes on from the server's budget and, when the budget is spent
-// before the body is, closes the connection.
+// before the body is, fails, which makes the proxy drop the upload to the
+// server and reset the client's connection (proxyError).
 type cutReader struct {
 	s    *Server
 	body io.ReadCloser
-	w    http.ResponseWriter
 	size int64 // the body's length, -1 when unknown
 	read int64
-	cut  bool
+	cut  atomic.Bool
 }
 
 func (c *cutReader) Read(p []byte) (int, error) {
-	if c.cut {
+	if c.cut.Load() {
 		return 0, errCut
 	}
 	if c.size >= 0 && c.read >= c.size {
@@ -286,15 +339,7 @@ func (c *cutReader) Read(p []byte) (int, error) {
 	}
 	c.s.mu.Unlock()
 	if allow == 0 && len(p) > 0 {
-		c.cut = true
-		if conn, _, err := http.NewResponseController(c.w).Hijack(); err == nil {
-			// A reset rather than a orderly close: the client learns at
-			// once that its upload broke.
-			if tcp, ok := conn.(*net.TCPConn); ok {
-				tcp.SetLinger(0)
-			}
-			conn.Close()
-		}
+		c.cut.Store(true)
 		return 0, errCut
 	}
 	n, err := c.body.Read(p[:allow])
@@ -311,7 +356,7 @@ func (c *cutReader) Read(p []byte) (int, error) {
 
 // Close closes the body, unless the connection under it is gone.
 func (c *cutReader) Close() error {
-	if c.cut {
+	if c.cut.Load() {
 		return nil
 	}
 	return c.body.Close()
