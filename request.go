@@ -20,6 +20,9 @@ type CreateRequest struct {
 	Ports []PortSpec `json:"ports,omitempty"`
 	// AllowInternet lets the sandbox reach the internet (off by default).
 	AllowInternet bool `json:"allow_internet,omitempty"`
+	// Network holds the sandbox's egress rules (docs/egress.md); none:
+	// AllowInternet alone says where it may go.
+	Network *NetworkRules `json:"network,omitempty"`
 	// Secrets are the tenant's secrets the sandbox gets, as environment
 	// variables or files (docs/secrets.md); each must exist.
 	Secrets []SecretRef `json:"secrets,omitempty"`
@@ -81,6 +84,10 @@ type UpdateRequest struct {
 	// Wakeups, when given, replace the sandbox's wake-ups ([] removes
 	// them).
 	Wakeups *[]WakeupSpec `json:"wakeups,omitempty"`
+	// Network, when given, replaces the sandbox's egress rules
+	// (docs/egress.md; {} removes them), enforced at once on a running
+	// or paused sandbox.
+	Network *NetworkRules `json:"network,omitempty"`
 }
 
 // Limits bound what a caller may ask for.
@@ -157,6 +164,9 @@ func (r *CreateRequest) Validate(l Limits) (Resources, error) {
 		return Resources{}, err
 	}
 	if err := ValidateVolumeMounts(r.VolumeMounts); err != nil {
+		return Resources{}, err
+	}
+	if err := ValidateNetworkRules("network", r.Network); err != nil {
 		return Resources{}, err
 	}
 	for _, ref := range r.Secrets {

@@ -65,9 +65,20 @@ type BootSpec struct {
 	// AllowInternet lets the instance reach addresses outside the host's
 	// sandbox network; otherwise only the proxy and hooks reach it.
 	AllowInternet bool
+	// Network holds the sandbox's egress rules; only an EgressEnforcer
+	// runtime is given any.
+	Network *NetworkRules
 	// Volumes are the tenant's volumes bound into the instance; only a
 	// VolumeHost runtime is given any.
 	Volumes []VolumeBind
+}
+
+// EgressEnforcer is a Runtime that enforces a sandbox's egress rules
+// (docs/egress.md) in the kernel.
+type EgressEnforcer interface {
+	// SetEgress replaces the rules of a booted instance (running or
+	// frozen) in place; nil removes them.
+	SetEgress(ctx context.Context, ref InstanceRef, rules *NetworkRules) error
 }
 
 // InstanceState is what a runtime sees of an instance.

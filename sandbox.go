@@ -146,6 +146,9 @@ type Sandbox struct {
 	// AllowInternet lets the sandbox reach the internet; otherwise only the
 	// proxy and hooks reach it and it reaches nothing.
 	AllowInternet bool `json:"allow_internet"`
+	// Network holds the sandbox's egress rules (docs/egress.md); nil:
+	// none.
+	Network *NetworkRules `json:"network,omitempty"`
 	// Accel is the GPU lease the sandbox holds (nil: none), and GPU what
 	// the lease manager says of it now (a gpu.Status; filled in by the
 	// engine when it returns a sandbox, never stored).
@@ -249,6 +252,7 @@ func (s *Sandbox) Clone() *Sandbox {
 		c.Secrets = append([]SecretRef(nil), s.Secrets...)
 	}
 	c.VolumeMounts = CloneVolumeMounts(s.VolumeMounts)
+	c.Network = s.Network.Clone()
 	if s.Hooks != nil {
 		c.Hooks = make([]Hook, len(s.Hooks))
 		for i, h := range s.Hooks {

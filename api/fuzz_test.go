@@ -383,6 +383,11 @@ func truncate(b []byte, n int) string {
 // negative sizes, unicode, deep nesting, and bodies that are not one
 // JSON value.
 var hostileBodies = []string{
+	`{"template":"base","network":{"allow_out":["2001:db8::/32","10.0.0.0/33","http://x"]}}`,
+	`{"template":"base","network":{"deny_out":["a\u0000b",""]}}`,
+	`{"template":"base","network":{"allow_out":"10.0.0.1"}}`,
+	`{"template":"base","network":{"allow_out":[1]}}`,
+	`{"network":{"allow_out":["` + strings.Repeat("a.", 200) + `com"]}}`,
 	`{"template":"base","volume_mounts":[{"name":"alpha-vol","path":"/proc/self"}]}`,
 	`{"template":"base","volume_mounts":[{"name":"bravo-vol","path":"/data"}]}`,
 	`{"template":"base","volume_mounts":[{"name":"alpha-vol","path":"/a/../../etc"},{"name":"../alpha-vol","path":"/"}]}`,
@@ -474,6 +479,9 @@ var hostileAdmin = []struct{ route, body string }{
 	{"POST /v1/keys", `{"tenant":"alpha","admin":"yes"}`},
 	{"POST /v1/keys", `{"tenant":"../default"}`},
 	{"PATCH /v1/tenants/{name}", `{"quota":{"max_sandboxes":-1}}`},
+	{"PATCH /v1/sandboxes/{id}", `{"network":{"allow_out":["10.0.0.0/40"]}}`},
+	{"PATCH /v1/sandboxes/{id}", `{"network":{"deny_out":["::1"]}}`},
+	{"PATCH /v1/sandboxes/{id}", `{"network":{"allow_out":null,"deny_out":{"a":1}}}`},
 	{"PATCH /v1/tenants/{name}", `{"quota":{"max_vcpus":1e309}}`},
 	{"PATCH /v1/tenants/{name}", `{"quota":{"max_memory_mib":"lots"}}`},
 	{"PATCH /v1/tenants/{name}", `{"quota":{"max_disk_mib":99999999999999999999}}`},

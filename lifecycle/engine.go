@@ -416,6 +416,9 @@ func (e *Engine) create(ctx context.Context, tenant string, req torpor.CreateReq
 	if a, ok := rt.(torpor.Addresser); req.AllowInternet && (!ok || !a.Networked()) {
 		return nil, torpor.Invalid("allow_internet", "sandboxes of the %s runtime have no network to the internet on this server", rt.Kind())
 	}
+	if err := checkEgress(rt, req.Network); err != nil {
+		return nil, err
+	}
 	now := e.now()
 	rc := req.Runtime
 	rc.Kind = rt.Kind()
@@ -473,6 +476,7 @@ func (e *Engine) create(ctx context.Context, tenant string, req torpor.CreateReq
 	}
 	sb.KeyID = req.Caller.KeyID
 	sb.NodeLabels = req.NodeLabels
+	sb.Network = req.Network.Clone()
 	if err := e.leaseErr(); err != nil {
 		return nil, err
 	}
@@ -669,6 +673,7 @@ func (e *Engine) boot(ctx context.Context, sb *torpor.Sandbox, rt torpor.Runtime
 		Entrypoint: sb.Runtime.Entrypoint,
 		// The runtime's network lets the sandbox out only with it.
 		AllowInternet: sb.AllowInternet,
+		Network:       sb.Network.Clone(),
 	})
 	e.fail(string(sb.State) + ".after-runtime")
 	sb.Boots++
@@ -911,6 +916,11 @@ func (e *Engine) Update(ctx context.Context, tenant, id string, req torpor.Updat
 	}
 	if req.Wakeups != nil {
 		if sb.Wakeups, err = torpor.NewWakeups("wakeups", *req.Wakeups, e.now()); err != nil {
+			return nil, err
+		}
+	}
+	if req.Network != nil {
+		if err := e.updateEgress(ctx, sb, req.Network); err != nil {
 			return nil, err
 		}
 	}

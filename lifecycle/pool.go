@@ -540,7 +540,7 @@ func (e *Engine) removeMember(ctx context.Context, id string) {
 // that boots cold: no pool matched it, the pool had no member ready, or
 // the members tried could not be claimed.
 func (e *Engine) claim(ctx context.Context, want *torpor.Sandbox, tmpl torpor.Template) (sb *torpor.Sandbox, ok bool, err error) {
-	if want.Accel != nil || len(want.Secrets) > 0 || len(want.VolumeMounts) > 0 {
+	if want.Accel != nil || len(want.Secrets) > 0 || len(want.VolumeMounts) > 0 || !want.Network.Empty() {
 		// A member booted without the claimant's GPU lease, secrets or
 		// volumes.
 		return nil, false, nil

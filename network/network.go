@@ -76,6 +76,8 @@ type Endpoint struct {
 	NetNS string
 	// Internet lets the sandbox reach addresses beyond the host.
 	Internet bool
+	// Egress holds its egress rules (nil: none); SetEgress changes them.
+	Egress *Egress
 	// Tap, when set, attaches a virtual machine rather than the
 	// namespace itself: the namespace gets a tap device of this name
 	// (for the VM's QEMU, which must run in the namespace) bridged to
@@ -287,13 +289,13 @@ func (n *Network) plug(ctx context.Context, ep Endpoint, addr netip.Addr, took *
 		return err
 	}
 	defer unlock()
-	if ep.Internet {
+	if ep.Internet || ep.Egress != nil {
 		if err := enableForwarding(n.log); err != nil {
 			return fmt.Errorf("network: %w", err)
 		}
 	}
 	defer took.since(&took.rules, t)
-	return n.allow(hostLinkName(addr), addr, ep.Internet)
+	return n.allow(hostLinkName(addr), addr, ep.Internet, ep.Egress)
 }
 
 // Detach removes the endpoint's veth pair and network namespace; its
@@ -430,6 +432,7 @@ type lease struct {
 	Addr     netip.Addr `json:"-"`
 	NetNS    string     `json:"netns"`
 	Internet bool       `json:"internet"`
+	Egress   *Egress    `json:"egress,omitempty"`
 }
 
 func (n *Network) leaseDir() string              { return filepath.Join(n.dir, "leases") }
@@ -510,7 +513,7 @@ func (n *Network) acquire(ep Endpoint) (netip.Addr, error) {
 		return netip.Addr{}, err
 	}
 	defer unlock()
-	l := lease{NetNS: ep.NetNS, Internet: ep.Internet}
+	l := lease{NetNS: ep.NetNS, Internet: ep.Internet, Egress: ep.Egress}
 	body, err := json.Marshal(l)
 	if err != nil {
 		return netip.Addr{}, err

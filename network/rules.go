@@ -99,6 +99,7 @@ func (n *Network) writeRules(leases []lease) error {
 	inet, br := n.tables()
 	internet, ports := n.sets()
 	var inetElems, portElems []nftables.SetElement
+	var egress []lease
 	for _, l := range leases {
 		name := hostLinkName(l.Addr)
 		if _, err := os.Stat("/sys/class/net/" + name); err != nil {
@@ -107,6 +108,9 @@ func (n *Network) writeRules(leases []lease) error {
 		portElems = append(portElems, portElem(name, l.Addr))
 		if l.Internet {
 			inetElems = append(inetElems, nftables.SetElement{Key: l.Addr.AsSlice()})
+		}
+		if l.Egress != nil {
+			egress = append(egress, l)
 		}
 	}
 
@@ -122,6 +126,15 @@ func (n *Network) writeRules(leases []lease) error {
 	}
 	if err := c.AddSet(ports, portElems); err != nil {
 		return fmt.Errorf("network: nftables: %w", err)
+	}
+	egressMap := n.egressMap()
+	if err := c.AddSet(egressMap, nil); err != nil {
+		return fmt.Errorf("network: nftables: %w", err)
+	}
+	for _, l := range egress {
+		if err := n.addEgress(c, l.Addr, l.Egress, false); err != nil {
+			return fmt.Errorf("network: nftables: %w", err)
+		}
 	}
 	accept := nftables.ChainPolicyAccept
 	chain := func(t *nftables.Table, name string, hook *nftables.ChainHook, typ nftables.ChainType, prio *nftables.ChainPriority) *nftables.Chain {
@@ -156,6 +169,7 @@ func (n *Network) writeRules(leases []lease) error {
 	refuse(fw, ifname(expr.MetaKeyIIFNAME, b, true), ifname(expr.MetaKeyOIFNAME, b, true))
 	rule(fw, ifname(expr.MetaKeyOIFNAME, b, true), ctReplies(), accepted)
 	rule(fw, ifname(expr.MetaKeyOIFNAME, b, true), dropped)
+	rule(fw, ifname(expr.MetaKeyIIFNAME, b, true), ipv4(), egressLookup(egressMap))
 	rule(fw, ifname(expr.MetaKeyIIFNAME, b, true), ipv4(), ipInSet(12, internet), ipInPrefix(16, linkLocal, false), accepted)
 	refuse(fw, ifname(expr.MetaKeyIIFNAME, b, true))
 
@@ -188,7 +202,7 @@ func (n *Network) writeRules(leases []lease) error {
 // its address to the internet set when it may go out. Only additions: the
 // detach that comes before every plug (Attach) took out whatever elements
 // of the address were left, under the lock that the caller holds again.
-func (n *Network) allow(link string, addr netip.Addr, internet bool) error {
+func (n *Network) allow(link string, addr netip.Addr, internet bool, eg *Egress) error {
 	c, err := nftables.New()
 	if err != nil {
 		return fmt.Errorf("network: nftables: %w", err)
@@ -199,6 +213,11 @@ func (n *Network) allow(link string, addr netip.Addr, internet bool) error {
 	}
 	if internet {
 		if err := c.SetAddElements(inetSet, []nftables.SetElement{{Key: addr.AsSlice()}}); err != nil {
+			return fmt.Errorf("network: nftables: %w", err)
+		}
+	}
+	if eg != nil {
+		if err := n.addEgress(c, addr, eg, false); err != nil {
 			return fmt.Errorf("network: nftables: %w", err)
 		}
 	}
@@ -235,6 +254,11 @@ func (n *Network) disallow(link string, addr netip.Addr) error {
 		if err := c.SetDeleteElements(s.set, []nftables.SetElement{s.el}); err != nil {
 			return fmt.Errorf("network: nftables: %w", err)
 		}
+		deletes++
+	}
+	if had, err := n.delEgress(c, addr); err != nil {
+		return fmt.Errorf("network: nftables: %w", err)
+	} else if had {
 		deletes++
 	}
 	if deletes == 0 {

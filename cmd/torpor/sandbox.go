@@ -33,6 +33,8 @@ func (c *cli) createCmd() *cobra.Command {
 		hooksFile        string
 		acc              torpor.AccelRequest
 		gpuIdle          float64
+		allowOut         []string
+		denyOut          []string
 	)
 	cmd := &cobra.Command{
 		Use:   "create [flags] [-- ENTRYPOINT ARGS...]",
@@ -57,6 +59,9 @@ func (c *cli) createCmd() *cobra.Command {
 			}
 			if req.VolumeMounts, err = parseVolumeMounts(volumes); err != nil {
 				return err
+			}
+			if len(allowOut) > 0 || len(denyOut) > 0 {
+				req.Network = &torpor.NetworkRules{AllowOut: allowOut, DenyOut: denyOut}
 			}
 			res = torpor.Resources{VCPUs: cpus, MemoryMiB: mem, Pids: pids, DiskMiB: disks}
 			if res != (torpor.Resources{}) {
@@ -107,6 +112,8 @@ func (c *cli) createCmd() *cobra.Command {
 	f.StringVar(&runtimeKind, "runtime", "", "runtime (default: the server's)")
 	f.StringVar(&req.Isolation, "isolation", "", "container or vm (default: the server's; torpor runtimes lists them)")
 	f.BoolVar(&req.AllowInternet, "allow-internet", false, "let the sandbox reach the internet")
+	f.StringArrayVar(&allowOut, "allow-out", nil, "egress rule: let the sandbox reach an IPv4 address, CIDR block or host name, and nothing else not allowed (repeatable; docs/egress.md)")
+	f.StringArrayVar(&denyOut, "deny-out", nil, "egress rule: refuse an IPv4 address, CIDR block or host name; deny wins over allow (repeatable; docs/egress.md)")
 	f.StringVar(&hooksFile, "hooks-file", "", "JSON file with a list of lifecycle hooks (see docs/hooks.md)")
 	f.BoolVar(&req.IgnoreImageHooks, "ignore-image-hooks", false, "skip the hooks the template ships")
 	f.Int64Var(&acc.VRAMMiB, "vram", 0, "GPU lease: MiB of VRAM (the slice; docs/gpu.md)")
@@ -190,6 +197,9 @@ func (c *cli) updateCmd() *cobra.Command {
 		md        []string
 		pf        policyFlags
 		hooksFile string
+		allowOut  []string
+		denyOut   []string
+		noRules   bool
 	)
 	cmd := &cobra.Command{
 		Use:   "update ID",
@@ -201,6 +211,10 @@ func (c *cli) updateCmd() *cobra.Command {
 				return err
 			}
 			req := torpor.UpdateRequest{PolicyRequest: pf.request(cmd)}
+			if f := cmd.Flags(); f.Changed("allow-out") || f.Changed("deny-out") || noRules {
+				// The rules given replace all of the sandbox's.
+				req.Network = &torpor.NetworkRules{AllowOut: allowOut, DenyOut: denyOut}
+			}
 			if hooksFile != "" {
 				hooks, err := readHooks(hooksFile)
 				if err != nil {
@@ -226,6 +240,9 @@ func (c *cli) updateCmd() *cobra.Command {
 	}
 	cmd.Flags().StringArrayVarP(&md, "metadata", "m", nil, "metadata KEY=VALUE (repeatable; KEY= removes)")
 	cmd.Flags().StringVar(&hooksFile, "hooks-file", "", "JSON file with the list of hooks that replaces the sandbox's ([] removes them)")
+	cmd.Flags().StringArrayVar(&allowOut, "allow-out", nil, "egress rule (repeatable): together with --deny-out, replaces all of the sandbox's rules (docs/egress.md)")
+	cmd.Flags().StringArrayVar(&denyOut, "deny-out", nil, "egress rule to refuse (repeatable): together with --allow-out, replaces all of the sandbox's rules")
+	cmd.Flags().BoolVar(&noRules, "no-egress-rules", false, "remove every egress rule of the sandbox")
 	pf.add(cmd)
 	return cmd
 }

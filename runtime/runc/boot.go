@@ -103,7 +103,7 @@ func (r *Runtime) start(ctx context.Context, spec torpor.BootSpec) (instance, er
 		netns = r.netnsPath(id)
 		go func() {
 			t := time.Now()
-			_, err := r.net.Attach(ctx, network.Endpoint{NetNS: netns, Internet: spec.AllowInternet})
+			_, err := r.net.Attach(ctx, network.Endpoint{NetNS: netns, Internet: spec.AllowInternet, Egress: egressOf(spec.Network)})
 			steps.since("network", t)
 			attached <- err
 		}()

@@ -84,6 +84,7 @@ type Network interface {
 	Detach(ctx context.Context, netns string) error
 	Release(ctx context.Context, netns string) error
 	Addr(netns string) (netip.Addr, bool)
+	SetEgress(ctx context.Context, netns string, eg *network.Egress) error
 }
 
 // Runtime is a torpor.Runtime that runs sandboxes in runc containers.

@@ -38,6 +38,7 @@ type sandboxRecord struct {
 	VolumeMounts   []volumeMountRecord `json:"volume_mounts,omitempty"`
 	Snapshot       *snapshotRecord     `json:"snapshot,omitempty"`
 	AllowInternet  bool                `json:"allow_internet,omitempty"`
+	Network        *networkRecord      `json:"network,omitempty"`
 	Accel          *torpor.Accel       `json:"accel,omitempty"`
 	KeyID          string              `json:"key_id,omitempty"`
 	Pool           string              `json:"pool,omitempty"`
@@ -55,6 +56,12 @@ type sandboxRecord struct {
 	Archive    *archiveRecord    `json:"archive,omitempty"`
 	RestoredAt *int64            `json:"restored_from_archive_at_us,omitempty"`
 	Wakeups    []wakeupRecord    `json:"wakeups,omitempty"`
+}
+
+// networkRecord is a sandbox's egress rules.
+type networkRecord struct {
+	AllowOut []string `json:"allow_out,omitempty"`
+	DenyOut  []string `json:"deny_out,omitempty"`
 }
 
 // remoteRecord is where the object store keeps a sandbox's state.
@@ -234,6 +241,9 @@ func encodeRecord(sb *torpor.Sandbox) (string, error) {
 		r.Snapshot = &snapshotRecord{Path: sb.Snapshot.Path, SizeBytes: sb.Snapshot.SizeBytes}
 	}
 	r.AllowInternet = sb.AllowInternet
+	if n := sb.Network.Clone(); n != nil {
+		r.Network = &networkRecord{AllowOut: n.AllowOut, DenyOut: n.DenyOut}
+	}
 	r.Accel = sb.Accel
 	r.KeyID = sb.KeyID
 	r.Pool, r.FromPool = sb.Pool, sb.FromPool
@@ -329,6 +339,9 @@ func decodeRecord(sb *torpor.Sandbox, data string) error {
 		sb.Snapshot = &torpor.SnapshotInfo{Path: r.Snapshot.Path, SizeBytes: r.Snapshot.SizeBytes}
 	}
 	sb.AllowInternet = r.AllowInternet
+	if r.Network != nil {
+		sb.Network = (&torpor.NetworkRules{AllowOut: r.Network.AllowOut, DenyOut: r.Network.DenyOut}).Clone()
+	}
 	sb.Accel = r.Accel
 	sb.KeyID = r.KeyID
 	sb.Pool, sb.FromPool = r.Pool, r.FromPool

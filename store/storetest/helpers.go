@@ -77,6 +77,7 @@ func fullSandbox(id, tenant string) *torpor.Sandbox {
 			SeenAt: at(2*time.Hour + 17*time.Microsecond)},
 		Snapshot:      &torpor.SnapshotInfo{Path: "/var/lib/torpor/sandboxes/x/snapshot", SizeBytes: 158 << 20},
 		AllowInternet: true,
+		Network:       &torpor.NetworkRules{AllowOut: []string{"203.0.113.0/24", "198.51.100.7"}, DenyOut: []string{"203.0.113.9"}},
 		Accel:         &torpor.Accel{GPUs: 1, VRAMMiB: 16384, SuspendMode: "transparent", IdleTimeoutS: 900},
 		KeyID:         "key_abc",
 		Pool:          "base",
