@@ -244,8 +244,10 @@ func (c *Client) List(ctx context.Context, o ListOptions) ([]*torpor.Sandbox, er
 // ListPage returns one page of the caller's sandboxes, oldest first: at
 // most limit of them (1 to 1,000), after the cursor after ("" for the
 // first page). next is the cursor of the page that follows, "" when this
-// page is the last. Sandboxes created while a caller pages come after
-// every page already read, so a walk sees each sandbox once.
+// page is the last. A walk sees each sandbox at most once, and every one
+// that existed when it began; one created meanwhile may be missed (its
+// place in the order is its create's start, which can fall behind a page
+// already read).
 func (c *Client) ListPage(ctx context.Context, o ListOptions, limit int, after string) (sbs []*torpor.Sandbox, next string, err error) {
 	q := o.query()
 	q.Set("limit", strconv.Itoa(limit))

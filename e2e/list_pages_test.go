@@ -13,8 +13,10 @@ import (
 // TestListPagesWhileCreating walks the sandbox list by pages through the
 // real daemon while sandboxes are being created, by the CLI between pages
 // and by another client all along: the walk sees no sandbox twice, every
-// sandbox that existed when it started, and every one whose create had
-// answered before it read the last page.
+// sandbox that existed when it started, and every one created between its
+// pages (its create began after the page before was read). Another
+// client's create that began before a page was read and was stored after
+// it may be missed (docs/api.md), so those are only counted.
 func TestListPagesWhileCreating(t *testing.T) {
 	needs(t)
 	// 7 + 3 + 6 sandboxes: room for them all.
@@ -102,7 +104,7 @@ func TestListPagesWhileCreating(t *testing.T) {
 	for _, group := range []struct {
 		what string
 		ids  []string
-	}{{"created before the walk", before}, {"created by the CLI between pages", between}, {"created by another client before the last page was read", beforeRead}} {
+	}{{"created before the walk", before}, {"created by the CLI between pages", between}} {
 		for _, id := range group.ids {
 			if seen[id] != 1 {
 				t.Errorf("%s (%s) seen %d times, want once", id, group.what, seen[id])

@@ -96,6 +96,14 @@ func TestVolumes(t *testing.T) {
 	if out, code := inside(d, b, "sh", "-c", "echo x > /mnt/shared/nope"); code == 0 || !strings.Contains(out, "Read-only") {
 		t.Fatalf("a write through the read-only mount: %d %q", code, out)
 	}
+	// The sandbox's files API does not reach its volumes (it would write
+	// under the mount point): it names the volume's own route.
+	if _, err := cl.WriteFile(ctx, b, "/mnt/shared/nope", strings.NewReader("x"), nil); !torpor.IsCode(err, torpor.EInvalid) || !strings.Contains(err.Error(), "/v1/volumes/data/files") {
+		t.Fatalf("a sandbox files write onto its volume: %v, want invalid_argument naming the volume's route", err)
+	}
+	if _, err := cl.ReadFile(ctx, a, "/data/result.txt"); !torpor.IsCode(err, torpor.EInvalid) {
+		t.Fatalf("a sandbox files read on its volume: %v, want invalid_argument", err)
+	}
 
 	// The verbs keep its files; each boot mounts it again.
 	check := func(d *daemon, when string) {

@@ -250,11 +250,14 @@ func (e *Engine) reconcileArchive(ctx context.Context, rt torpor.Runtime, sb *to
 				to, back = torpor.StatePaused, e.event(sb, torpor.EventPaused, "cause", CauseReconcile, "mode", string(torpor.PauseSnapshot), "reason", "archive cut short")
 			}
 		}
+		// The half-written object goes first: a record naming an object
+		// gone is put right again by the next reconcile, an object no
+		// record names would stay.
+		e.dropArchive(ctx, key)
 		sb.Archive = nil
 		if err := e.setState(ctx, sb, to, back); err != nil {
 			return true, err
 		}
-		e.dropArchive(ctx, key)
 		return true, nil
 	case sb.State == torpor.StateArchived:
 		if st.DiskExists || st.State != torpor.InstanceMissing {

@@ -302,3 +302,32 @@ func (e *env) events(id string) []torpor.Event {
 }
 
 func near(a, b float64) bool { return a-b < 1e-12 && b-a < 1e-12 }
+
+// TestArchivedStartThatCannotBeStoredKeepsTheArchive: a start of an
+// archived sandbox whose write of starting the store refuses leaves it
+// archived with its archive (the archive is dropped only once a state
+// that does not need it is stored); the next start restores it.
+func TestArchivedStartThatCannotBeStoredKeepsTheArchive(t *testing.T) {
+	e, fs := newFullEnv(t)
+	e.host.FilesDir = t.TempDir()
+	sb := e.create(torpor.CreateRequest{})
+	if _, err := e.eng.Hibernate(ctx, "acme", sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.eng.Archive(ctx, "acme", sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	fs.fill(0)
+	if _, err := e.eng.Start(ctx, "acme", sb.ID); err == nil {
+		t.Fatal("a start the store refused succeeded")
+	}
+	fs.free()
+	got := stored(e, sb.ID)
+	if got.State != torpor.StateArchived || got.Archive == nil {
+		t.Fatalf("after the refused start: %s, archive %+v", got.State, got.Archive)
+	}
+	e.checkArchives(got)
+	if got, err := e.eng.Start(ctx, "acme", sb.ID); err != nil || got.State != torpor.StateRunning {
+		t.Fatalf("the next start: %v, %v", got, err)
+	}
+}

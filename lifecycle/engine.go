@@ -465,10 +465,14 @@ func (e *Engine) create(ctx context.Context, tenant string, req torpor.CreateReq
 		return nil, err
 	}
 	sb.Secrets = req.Secrets
+	unlockVolumes := func() {}
 	if len(req.VolumeMounts) > 0 {
 		// Held until the sandbox is stored, so that a volume it mounts is
-		// not deleted in between.
-		defer e.volumeLocks(tenant, req.VolumeMounts)()
+		// not deleted in between; not through its boot.
+		var once sync.Once
+		unlock := e.volumeLocks(tenant, req.VolumeMounts)
+		unlockVolumes = func() { once.Do(unlock) }
+		defer unlockVolumes()
 		if err := e.checkVolumeMounts(ctx, tenant, rt, req.VolumeMounts); err != nil {
 			return nil, err
 		}
@@ -503,6 +507,7 @@ func (e *Engine) create(ctx context.Context, tenant string, req torpor.CreateReq
 		return nil, err
 	}
 	storeTook := time.Since(stored)
+	unlockVolumes()
 	e.announce()
 	e.noteState(sb)
 	e.fail("create.before-runtime")

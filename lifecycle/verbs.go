@@ -410,12 +410,16 @@ func (e *Engine) coldStart(ctx context.Context, sb *torpor.Sandbox, via torpor.S
 		e.hold(sb, sb.State)
 		return err
 	}
-	prev := sb.State
+	prev, prevSince, prevDurability := sb.State, sb.StateSince, sb.Durability
 	sb.LastActivityAt = e.now()
 	// Once it boots its disk is not the one in the object store any more.
 	sb.Durability = torpor.DurabilityNode
 	e.fail(string(via) + ".before-store")
 	if err := e.setState(ctx, sb, via); err != nil {
+		// Not stored: sb stays what the store holds, so that no caller
+		// takes it for started (an archived sandbox's archive would be
+		// dropped while the store still names it).
+		sb.State, sb.StateSince, sb.Durability = prev, prevSince, prevDurability
 		e.hold(sb, prev)
 		return err
 	}
@@ -722,6 +726,7 @@ func (e *Engine) Files(ctx context.Context, tenant, id string, write bool) (fsys
 		}
 		fsys = files.HostFS(root)
 	}
+	fsys = withoutVolumes(fsys, sb)
 	return fsys, func() { fsys.Close(); finish() }, nil
 }
 
