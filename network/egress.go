@@ -190,6 +190,17 @@ func (n *Network) addEgress(c *nftables.Conn, addr netip.Addr, eg *Egress, exist
 	denySet := &nftables.Set{Table: inet, Name: dn, KeyType: nftables.TypeIPAddr, Interval: true}
 	learnedAllow, learnedDeny := n.learnedSets(addr)
 	la, ld := learnedElems(eg)
+	inDNS := false
+	if exists {
+		// Read on a connection of its own, before the batch is queued.
+		rc, err := nftables.New()
+		if err != nil {
+			return err
+		}
+		if inDNS, err = hasElement(rc, n.dnsSet(), addr.AsSlice()); err != nil {
+			return err
+		}
+	}
 	var ch *nftables.Chain
 	if exists {
 		ch = &nftables.Chain{Name: cn, Table: inet}
@@ -247,13 +258,6 @@ func (n *Network) addEgress(c *nftables.Conn, addr netip.Addr, eg *Egress, exist
 	// The resolver on the bridge's address answers the sandboxes with
 	// host name rules only.
 	dnsEl := []nftables.SetElement{{Key: addr.AsSlice()}}
-	inDNS := false
-	if exists {
-		var err error
-		if inDNS, err = hasElement(c, n.dnsSet(), addr.AsSlice()); err != nil {
-			return err
-		}
-	}
 	switch {
 	case eg.HasNames() && !inDNS:
 		if err := c.SetAddElements(n.dnsSet(), dnsEl); err != nil {
