@@ -197,12 +197,18 @@ func (n *Network) addEgress(c *nftables.Conn, addr netip.Addr, eg *Egress, exist
 		if err != nil {
 			return err
 		}
-		if inDNS, err = hasElement(rc, n.dnsSet(), addr.AsSlice()); err != nil {
-			return err
-		}
+		// A table made by a daemon that predates host names lacks the
+		// resolver's sets: they are made here (an add of a set that
+		// exists changes nothing), and a missing set holds nothing.
+		inDNS, _ = hasElement(rc, n.dnsSet(), addr.AsSlice())
 	}
 	var ch *nftables.Chain
 	if exists {
+		for _, s := range []*nftables.Set{learnedAllow, learnedDeny, n.dnsSet()} {
+			if err := c.AddSet(s, nil); err != nil {
+				return err
+			}
+		}
 		ch = &nftables.Chain{Name: cn, Table: inet}
 		c.FlushChain(ch)
 		for _, s := range []*nftables.Set{allowSet, denySet, learnedAllow, learnedDeny} {
@@ -287,9 +293,7 @@ func (n *Network) delEgress(c *nftables.Conn, addr netip.Addr) (bool, error) {
 		VerdictData: &expr.Verdict{Kind: expr.VerdictJump, Chain: cn}}}); err != nil {
 		return false, err
 	}
-	if in, err := hasElement(c, n.dnsSet(), addr.AsSlice()); err != nil {
-		return false, err
-	} else if in {
+	if in, _ := hasElement(c, n.dnsSet(), addr.AsSlice()); in {
 		if err := c.SetDeleteElements(n.dnsSet(), []nftables.SetElement{{Key: addr.AsSlice()}}); err != nil {
 			return false, err
 		}
@@ -300,8 +304,12 @@ func (n *Network) delEgress(c *nftables.Conn, addr netip.Addr) (bool, error) {
 	c.DelSet(&nftables.Set{Table: inet, Name: an})
 	c.DelSet(&nftables.Set{Table: inet, Name: dn})
 	la, ld := n.learnedSets(addr)
-	c.DelSet(la)
-	c.DelSet(ld)
+	for _, s := range []*nftables.Set{la, ld} {
+		if err := c.AddSet(s, nil); err != nil { // made if missing, so that the delete cannot fail
+			return false, err
+		}
+		c.DelSet(s)
+	}
 	return true, nil
 }
 
