@@ -93,7 +93,7 @@ func ValidateNetworkRules(param string, r *NetworkRules) error {
 // checkNetworkRule returns e in canonical form, or what it should have
 // been.
 func checkNetworkRule(e string) (string, string) {
-	const want = "an IPv4 address, an IPv4 CIDR block or a host name"
+	const want = "an IPv4 address, an IPv4 CIDR block or a host name (exact, or *.example.com)"
 	if e == "" {
 		return "", want
 	}
@@ -114,6 +114,10 @@ func checkNetworkRule(e string) (string, string) {
 		return netip.PrefixFrom(p.Addr().Unmap(), p.Bits()).Masked().String(), ""
 	}
 	name := strings.ToLower(strings.TrimSuffix(e, "."))
+	// "*.example.com": every name under example.com.
+	if rest, ok := strings.CutPrefix(name, "*."); ok && strings.Contains(rest, ".") && validHostName(rest) {
+		return name, ""
+	}
 	if !validHostName(name) {
 		return "", want
 	}

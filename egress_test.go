@@ -31,6 +31,11 @@ func TestValidateNetworkRules(t *testing.T) {
 		{"hyphen edge", NetworkRules{AllowOut: []string{"-a.com"}}, "network.allow_out", nil},
 		{"too many", NetworkRules{AllowOut: many}, "network.allow_out", nil},
 		{"url", NetworkRules{AllowOut: []string{"http://example.com"}}, "network.allow_out", nil},
+		{"wildcard", NetworkRules{AllowOut: []string{"*.Example.com."}}, "", []string{"*.example.com"}},
+		{"wildcard of a top-level domain", NetworkRules{AllowOut: []string{"*.com"}}, "network.allow_out", nil},
+		{"wildcard inside", NetworkRules{AllowOut: []string{"a.*.example.com"}}, "network.allow_out", nil},
+		{"bare star", NetworkRules{DenyOut: []string{"*"}}, "network.deny_out", nil},
+		{"star without dot", NetworkRules{AllowOut: []string{"*example.com"}}, "network.allow_out", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := tc.in

@@ -55,9 +55,14 @@ type Config struct {
 	// NetworkDNS lists the nameservers of the sandboxes allowed the
 	// internet; empty: the host's (network.ChooseDNS).
 	NetworkDNS stringList `toml:"network_dns"`
-	Runtime    string     `toml:"runtime"`
-	RuncPath   string     `toml:"runc_path"`
-	LogLevel   string     `toml:"log_level"`
+	// NetworkDNSUpstream lists the resolvers ("host" or "host:port")
+	// that torpor's resolver for sandboxes with host name egress rules
+	// forwards to; empty: network_dns, else the host's nameservers
+	// (docs/egress.md).
+	NetworkDNSUpstream stringList `toml:"network_dns_upstream"`
+	Runtime            string     `toml:"runtime"`
+	RuncPath           string     `toml:"runc_path"`
+	LogLevel           string     `toml:"log_level"`
 	// Limits on each sandbox, and the defaults a request leaves out.
 	DefaultVCPUs     float64 `toml:"default_vcpus"`
 	DefaultMemoryMiB int64   `toml:"default_memory_mib"`
@@ -192,6 +197,7 @@ func (c *Config) settings() []setting {
 		{"network_bridge", "host bridge of the sandbox network, made when missing (empty: sandboxes get only a loopback)", &c.NetworkBridge},
 		{"network_cidr", "IPv4 range of sandbox addresses; the bridge gets the first one", &c.NetworkCIDR},
 		{"network_dns", "nameservers (IPv4, comma-separated, at most 3) written to /etc/resolv.conf of sandboxes allowed the internet (empty: the host's)", (*string)(&c.NetworkDNS)},
+		{"network_dns_upstream", "resolvers (host or host:port, comma-separated) that torpor's resolver for sandboxes with host name egress rules forwards to (empty: network_dns, else the host's)", (*string)(&c.NetworkDNSUpstream)},
 		{"runtime", "default sandbox runtime", &c.Runtime},
 		{"runc_path", "path of the runc binary (default: found in PATH)", &c.RuncPath},
 		{"log_level", "debug, info, warn or error", &c.LogLevel},
@@ -442,6 +448,9 @@ func (c Config) validate() error {
 	if _, err := c.nameservers(); err != nil {
 		return err
 	}
+	if _, err := c.dnsUpstreams(); err != nil {
+		return err
+	}
 	if _, err := c.webhookAllow(); err != nil {
 		return err
 	}
@@ -526,6 +535,24 @@ func (c Config) nameservers() ([]netip.Addr, error) {
 			return nil, fmt.Errorf("network_dns: %w", err)
 		}
 		out = append(out, a.Unmap())
+	}
+	return out, nil
+}
+
+// dnsUpstreams parses network_dns_upstream: host or host:port entries
+// (port 53 by default), separated by commas or spaces.
+func (c Config) dnsUpstreams() ([]string, error) {
+	var out []string
+	for _, f := range c.NetworkDNSUpstream.fields() {
+		if a, err := netip.ParseAddr(f); err == nil {
+			out = append(out, netip.AddrPortFrom(a.Unmap(), network.DNSPort).String())
+			continue
+		}
+		ap, err := netip.ParseAddrPort(f)
+		if err != nil || ap.Port() == 0 {
+			return nil, fmt.Errorf("network_dns_upstream: %q is not an IP address or address:port", f)
+		}
+		out = append(out, ap.String())
 	}
 	return out, nil
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	goruntime "runtime"
@@ -279,6 +280,20 @@ func newNetwork(ctx context.Context, cfg Config, log *slog.Logger) (*network.Net
 		return nil, fmt.Errorf("%w (network_bridge = \"\" runs sandboxes with only a loopback)", err)
 	}
 	log.Info("sandbox network", "bridge", n.Bridge(), "range", n.Prefix().String(), "gateway", n.Gateway().String())
+	ups, _ := cfg.dnsUpstreams() // checked by LoadConfig
+	if len(ups) == 0 {
+		servers, _ := cfg.nameservers()
+		for _, a := range servers {
+			ups = append(ups, netip.AddrPortFrom(a, network.DNSPort).String())
+		}
+	}
+	if len(ups) == 0 {
+		ups = network.HostUpstreams(network.HostResolvConfs...)
+	}
+	if err := n.StartResolver(ups); err != nil {
+		// Sandboxes with host name rules then get no answers.
+		log.Warn("no resolver for sandboxes with host name egress rules: their lookups will fail", "err", err)
+	}
 	return n, nil
 }
 
@@ -323,6 +338,7 @@ func newRuntime(ctx context.Context, cfg Config, n *network.Network, resolvConf 
 	if n != nil {
 		rc.Network = n
 		rc.ResolvConf = resolvConf
+		rc.NamesResolvConf = n.ResolverConf()
 	}
 	return runc.New(rc)
 }

@@ -121,6 +121,7 @@ func (a *API) routes() []route {
 		{"POST", "/sandboxes/{id}/connect", a.connectV1},
 		{"POST", "/v2/sandboxes/{id}/connect", a.connectV2},
 		{"POST", "/sandboxes/{id}/timeout", a.setTimeout},
+		{"PUT", "/sandboxes/{id}/network", a.updateNetwork},
 		{"POST", "/sandboxes/{id}/refreshes", a.refresh},
 		{"GET", "/sandboxes/{id}/metrics", a.metrics},
 		{"GET", "/templates", a.templates},

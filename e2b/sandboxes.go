@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/torpor-dev/torpor"
@@ -120,14 +121,17 @@ func createRequest(b newSandbox, defTimeout int64, internet bool) (torpor.Create
 	for _, f := range []struct {
 		name string
 		raw  json.RawMessage
-	}{{"network", b.Network}, {"mcp", b.MCP}, {"iam", b.IAM}} {
+	}{{"mcp", b.MCP}, {"iam", b.IAM}} {
 		if given(f.raw) {
-			what := "not supported by torpor"
-			if f.name == "network" {
-				what += "; allow_internet_access turns the sandbox's internet access on or off"
-			}
-			return req, torpor.Invalid(f.name, "%s is %s", f.name, what)
+			return req, torpor.Invalid(f.name, "%s is not supported by torpor", f.name)
 		}
+	}
+	if given(b.Network) {
+		rules, err := networkRules(b.Network)
+		if err != nil {
+			return req, err
+		}
+		req.Network = rules
 	}
 	if err := torpor.ValidateMetadata("metadata", b.Metadata); err != nil {
 		return req, err
@@ -449,6 +453,88 @@ func (a *API) setEnd(w http.ResponseWriter, r *http.Request, tenant string, c li
 		return err
 	}
 	if _, err := a.eng.SetEnd(r.Context(), tenant, id, c); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// networkBody is E2B's network of a create or of PUT
+// /sandboxes/{id}/network: its egress rules map to torpor's
+// (docs/egress.md); the rest is refused when given.
+type networkBody struct {
+	AllowOut []string `json:"allowOut"`
+	DenyOut  []string `json:"denyOut"`
+	// Create only: allowPublicTraffic true is what torpor does (its
+	// proxy needs no token); the others are not served.
+	AllowPublicTraffic *bool           `json:"allowPublicTraffic"`
+	Rules              json.RawMessage `json:"rules"`
+	EgressProxy        json.RawMessage `json:"egressProxy"`
+	MaskRequestHost    json.RawMessage `json:"maskRequestHost"`
+	HTTPSPorts         json.RawMessage `json:"httpsPorts"`
+	// Update only.
+	AllowInternetAccess *bool `json:"allow_internet_access"`
+}
+
+// networkRules maps an E2B network object to torpor's egress rules (nil:
+// none), checked.
+func networkRules(raw json.RawMessage) (*torpor.NetworkRules, error) {
+	var nb networkBody
+	if err := json.Unmarshal(raw, &nb); err != nil {
+		return nil, torpor.Invalid("network", "network must be an object with allowOut and denyOut lists of strings")
+	}
+	return nb.rules()
+}
+
+func (nb networkBody) rules() (*torpor.NetworkRules, error) {
+	for _, f := range []struct {
+		name string
+		raw  json.RawMessage
+	}{{"rules", nb.Rules}, {"egressProxy", nb.EgressProxy}, {"maskRequestHost", nb.MaskRequestHost}, {"httpsPorts", nb.HTTPSPorts}} {
+		if given(f.raw) && string(bytes.TrimSpace(f.raw)) != "false" {
+			return nil, torpor.Invalid("network."+f.name, "network.%s is not supported by torpor; allowOut and denyOut are", f.name)
+		}
+	}
+	if nb.AllowPublicTraffic != nil && !*nb.AllowPublicTraffic {
+		return nil, torpor.Invalid("network.allowPublicTraffic", "torpor's proxy does not ask for a traffic token: allowPublicTraffic false is not supported")
+	}
+	rules := &torpor.NetworkRules{AllowOut: nb.AllowOut, DenyOut: nb.DenyOut}
+	if err := torpor.ValidateNetworkRules("network", rules); err != nil {
+		e := torpor.AsError(err)
+		e.Param = strings.NewReplacer("allow_out", "allowOut", "deny_out", "denyOut").Replace(e.Param)
+		return nil, e
+	}
+	return rules.Clone(), nil
+}
+
+// updateNetwork replaces a sandbox's egress rules (the SDK's
+// Sandbox.updateNetwork: PUT /sandboxes/{id}/network); without allowOut
+// and denyOut it removes them. allow_internet_access cannot change on a
+// sandbox that exists.
+func (a *API) updateNetwork(w http.ResponseWriter, r *http.Request, tenant string, _ torpor.Caller) error {
+	var nb networkBody
+	if _, err := decode(r, &nb); err != nil {
+		return err
+	}
+	if nb.AllowPublicTraffic != nil {
+		return torpor.Invalid("network.allowPublicTraffic", "allowPublicTraffic is set at create only")
+	}
+	id := sandboxID(r)
+	sb, err := a.load(r.Context(), tenant, id)
+	if err != nil {
+		return err
+	}
+	if nb.AllowInternetAccess != nil && *nb.AllowInternetAccess != sb.AllowInternet {
+		return torpor.Invalid("allow_internet_access", "torpor cannot change allow_internet_access of a sandbox that exists; allowOut and denyOut can")
+	}
+	rules, err := nb.rules()
+	if err != nil {
+		return err
+	}
+	if rules == nil {
+		rules = &torpor.NetworkRules{}
+	}
+	if _, err := a.eng.Update(r.Context(), tenant, id, torpor.UpdateRequest{Network: rules}); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)

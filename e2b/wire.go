@@ -25,10 +25,11 @@ type newSandbox struct {
 	Lifecycle           *lifecycleBody `json:"lifecycle"`
 	AllowInternetAccess *bool          `json:"allow_internet_access"`
 	Secure              *bool          `json:"secure"`
-	// What torpor does not serve: refused when given.
+	// Network: allowOut and denyOut, as egress rules (networkBody).
 	Network json.RawMessage `json:"network"`
-	MCP     json.RawMessage `json:"mcp"`
-	IAM     json.RawMessage `json:"iam"`
+	// What torpor does not serve: refused when given.
+	MCP json.RawMessage `json:"mcp"`
+	IAM json.RawMessage `json:"iam"`
 	// VolumeMounts: [{name, path}] of the tenant's volumes.
 	VolumeMounts json.RawMessage `json:"volumeMounts"`
 }
@@ -82,6 +83,14 @@ type sandboxDetail struct {
 	AllowInternetAccess bool             `json:"allowInternetAccess"`
 	Domain              *string          `json:"domain"`
 	Lifecycle           sandboxLifecycle `json:"lifecycle"`
+	// Network is the sandbox's egress rules, absent without any.
+	Network *sandboxNetwork `json:"network,omitempty"`
+}
+
+// sandboxNetwork is E2B's SandboxNetworkConfig, as far as torpor has it.
+type sandboxNetwork struct {
+	AllowOut []string `json:"allowOut,omitempty"`
+	DenyOut  []string `json:"denyOut,omitempty"`
 }
 
 type sandboxLifecycle struct {
@@ -208,10 +217,14 @@ func (a *API) detail(sb *torpor.Sandbox) sandboxDetail {
 	if sb.OnEnd == torpor.ActionPause || sb.OnEnd == torpor.ActionHibernate {
 		onTimeout = "pause"
 	}
-	return sandboxDetail{
+	d := sandboxDetail{
 		listedSandbox: a.listed(sb), EnvdAccessToken: sb.TrafficToken, AllowInternetAccess: sb.AllowInternet,
 		Domain: a.domainPtr(), Lifecycle: sandboxLifecycle{AutoResume: sb.Policy().AutoResume, OnTimeout: onTimeout},
 	}
+	if !sb.Network.Empty() {
+		d.Network = &sandboxNetwork{AllowOut: sb.Network.AllowOut, DenyOut: sb.Network.DenyOut}
+	}
+	return d
 }
 
 // volumeMount is E2B's SandboxVolumeMount.

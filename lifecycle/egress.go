@@ -15,12 +15,6 @@ func checkEgress(rt torpor.Runtime, rules *torpor.NetworkRules) error {
 	if _, ok := rt.(torpor.EgressEnforcer); !ok {
 		return torpor.Invalid("network", "sandboxes of the %s runtime cannot have egress rules yet; use a container (runc) sandbox (docs/egress.md)", rt.Kind())
 	}
-	if rules.HasNames() {
-		// torpor's own resolver, which would admit a name's answered
-		// addresses, is not built yet: a name taken from the sandbox's
-		// own lookups would let it claim any address.
-		return torpor.Invalid("network", "host names in egress rules are not supported yet; give IPv4 addresses or CIDR blocks (docs/egress.md)")
-	}
 	if a, ok := rt.(torpor.Addresser); !ok || !a.Networked() {
 		return torpor.Invalid("network", "sandboxes of the %s runtime have no sandbox network on this server, so no egress rules", rt.Kind())
 	}

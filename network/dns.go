@@ -125,3 +125,38 @@ func (d DNS) ResolvConf() string {
 	}
 	return b.String()
 }
+
+// HostUpstreams are the nameservers of the first of hostFiles that names
+// any, as "addr:53": the resolvers torpor's own resolver forwards to
+// when none are configured. Unlike a sandbox, the daemon reaches the
+// host's loopback, so loopback servers (systemd-resolved's stub) count.
+func HostUpstreams(hostFiles ...string) []string {
+	for _, f := range hostFiles {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		var out []string
+		sc := bufio.NewScanner(bytes.NewReader(b))
+		for sc.Scan() {
+			fs := strings.Fields(sc.Text())
+			if len(fs) < 2 || fs[0] != "nameserver" {
+				continue
+			}
+			if a, err := netip.ParseAddr(fs[1]); err == nil && a.Unmap().Is4() && len(out) < MaxNameservers {
+				out = append(out, netip.AddrPortFrom(a.Unmap(), 53).String())
+			}
+		}
+		if len(out) > 0 {
+			return out
+		}
+	}
+	return nil
+}
+
+// ResolverConf is the /etc/resolv.conf of a sandbox with host name
+// egress rules: torpor's resolver on the bridge's address.
+func (n *Network) ResolverConf() string {
+	return "# Written by torpor: this sandbox has host name egress rules, which torpor's resolver enforces.\n" +
+		"nameserver " + n.gw.String() + "\n"
+}

@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -114,6 +115,8 @@ type Network struct {
 	// the Network is open: Close removes the bridge only when it can take
 	// that lock exclusively, that is when no other Network holds it.
 	users *os.File
+	// resolver is the socket of torpor's resolver (StartResolver).
+	resolver net.PacketConn
 }
 
 var (
@@ -386,6 +389,7 @@ func (n *Network) Remove(ctx context.Context) error {
 // sandbox boots again with its address, and the next New makes the bridge
 // and its rules again. The Network must not be used after Close.
 func (n *Network) Close(ctx context.Context) error {
+	n.stopResolver()
 	unlock, err := n.lock()
 	if err != nil {
 		return err

@@ -131,6 +131,10 @@ func (n *Network) writeRules(leases []lease) error {
 	if err := c.AddSet(egressMap, nil); err != nil {
 		return fmt.Errorf("network: nftables: %w", err)
 	}
+	dnsSet := n.dnsSet()
+	if err := c.AddSet(dnsSet, nil); err != nil {
+		return fmt.Errorf("network: nftables: %w", err)
+	}
 	for _, l := range egress {
 		if err := n.addEgress(c, l.Addr, l.Egress, false); err != nil {
 			return fmt.Errorf("network: nftables: %w", err)
@@ -163,6 +167,10 @@ func (n *Network) writeRules(leases []lease) error {
 
 	in := chain(inet, "input", nftables.ChainHookInput, nftables.ChainTypeFilter, nftables.ChainPriorityFilter)
 	rule(in, ifname(expr.MetaKeyIIFNAME, b, true), ctReplies(), accepted)
+	// torpor's resolver (resolver.go), for the sandboxes with host name
+	// rules: ip saddr @dns ip daddr GW udp dport 53 accept.
+	rule(in, ifname(expr.MetaKeyIIFNAME, b, true), ipv4(), ipInSet(12, dnsSet),
+		ipInPrefix(16, netip.PrefixFrom(n.gw, 32), true), l4proto(unix.IPPROTO_UDP), dport(53), accepted)
 	refuse(in, ifname(expr.MetaKeyIIFNAME, b, true))
 
 	fw := chain(inet, "forward", nftables.ChainHookForward, nftables.ChainTypeFilter, nftables.ChainPriorityFilter)
@@ -423,4 +431,12 @@ func nativeU32(v uint32) []byte {
 	b := make([]byte, 4)
 	binary.NativeEndian.PutUint32(b, v)
 	return b
+}
+
+// dport matches a UDP or TCP destination port (after l4proto).
+func dport(p uint16) []expr.Any {
+	return []expr.Any{
+		&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: binary.BigEndian.AppendUint16(nil, p)},
+	}
 }

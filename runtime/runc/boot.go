@@ -118,8 +118,8 @@ func (r *Runtime) start(ctx context.Context, spec torpor.BootSpec) (instance, er
 		return instance{}, err
 	}
 	t := time.Now()
-	if spec.AllowInternet && r.resolvConf != "" {
-		if err := writeResolvConf(r.rootfsDir(id), r.resolvConf); err != nil {
+	if text := r.resolvConfOf(spec.AllowInternet, spec.Network); text != "" {
+		if err := writeResolvConf(r.rootfsDir(id), text); err != nil {
 			// The sandbox still runs, with its template's resolver settings.
 			r.log.Warn("runc: writing the sandbox's /etc/resolv.conf", "sandbox", id, "err", err)
 		}

@@ -32,5 +32,24 @@ func (r *Runtime) SetEgress(ctx context.Context, ref torpor.InstanceRef, rules *
 	if errors.Is(err, network.ErrNotAttached) {
 		return nil // not booted: the next boot attaches with the rules
 	}
+	if err == nil && rules.HasNames() && r.namesResolvConf != "" {
+		// Its lookups go to torpor's resolver from now on.
+		if werr := writeResolvConf(r.rootfsDir(id), r.namesResolvConf); werr != nil {
+			r.log.Warn("runc: writing the sandbox's /etc/resolv.conf", "sandbox", id, "err", werr)
+		}
+	}
 	return err
+}
+
+// resolvConfOf is the /etc/resolv.conf a sandbox gets at boot ("": its
+// own stays): torpor's resolver for a sandbox with host name rules, the
+// sandboxes' nameservers for one allowed the internet.
+func (r *Runtime) resolvConfOf(internet bool, rules *torpor.NetworkRules) string {
+	if rules.HasNames() && r.namesResolvConf != "" {
+		return r.namesResolvConf
+	}
+	if internet {
+		return r.resolvConf
+	}
+	return ""
 }

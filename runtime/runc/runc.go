@@ -73,6 +73,10 @@ type Config struct {
 	// of each sandbox allowed the internet, at every boot (with a
 	// Network only); the file of any other sandbox stays as it is.
 	ResolvConf string
+	// NamesResolvConf, when set, is written to /etc/resolv.conf of each
+	// sandbox with host name egress rules, at every boot and when a rule
+	// change gives it names (it points at torpor's resolver).
+	NamesResolvConf string
 }
 
 // Network is what the runtime needs of the host's sandbox network
@@ -103,9 +107,10 @@ type Runtime struct {
 	log      *slog.Logger
 	net      Network
 	// resolvConf is Config.ResolvConf.
-	resolvConf string
-	locks      keyedmutex.Mutex
-	live       liveSet
+	resolvConf      string
+	namesResolvConf string
+	locks           keyedmutex.Mutex
+	live            liveSet
 	// code is the host's side of the sandboxes' code servers.
 	code instances.CodeServer
 	// codeStarts serialises starting a sandbox's code server.
@@ -183,6 +188,7 @@ func New(cfg Config) (*Runtime, error) {
 	}
 	if r.net != nil {
 		r.resolvConf = cfg.ResolvConf
+		r.namesResolvConf = cfg.NamesResolvConf
 	}
 	if r.log == nil {
 		r.log = slog.Default()
