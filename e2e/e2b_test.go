@@ -116,7 +116,9 @@ func buildE2BTemplates(t *testing.T, d *daemon) {
 func TestE2BSDK(t *testing.T) {
 	node := needsE2BSDK(t)
 	dataDir := t.TempDir()
-	d := startDaemon(t, torporBin(t), dataDir)
+	// The suite's tests leave sandboxes running (as E2B's do until their
+	// timeout): room for all of them.
+	d := startDaemon(t, torporBin(t), dataDir, "TORPOR_CAPACITY_VCPUS=32")
 	buildE2BTemplates(t, d)
 	env := e2bEnv(t, d)
 	if !strings.Contains(strings.Join(env, " "), "E2B_SANDBOX_URL=http://"+d.proxy) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
@@ -17,7 +18,26 @@ import (
 // when it stops; the runtime stays usable (a boot makes the parent
 // again).
 func (r *Runtime) Cleanup(ctx context.Context) error {
-	return r.cg.removeEmpty(r.parent)
+	err := r.cg.removeEmpty(r.parent)
+	if !r.cg.anyLeft(r.parent) {
+		// No sandbox runs or is paused, so none has a volume bound in:
+		// their host mounts go too (the next start mounts them again).
+		// With one left they stay, so that the next start finds them
+		// mounted rather than mount an image a sandbox still uses twice.
+		err = errors.Join(err, r.unmountVolumes())
+	}
+	return err
+}
+
+// anyLeft reports whether the cgroup rel is still there in any hierarchy
+// (a sandbox of the runtime runs or is frozen in it).
+func (c *cgroups) anyLeft(rel string) bool {
+	for _, h := range c.hierarchies {
+		if _, err := os.Stat(filepath.Join(h, rel)); err == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // removeEmpty removes the cgroup rel from every hierarchy where it has no

@@ -297,3 +297,21 @@ func (r *Runtime) volumeBinds(ctx context.Context, vols []torpor.VolumeBind) ([]
 	}
 	return out, nil
 }
+
+// unmountVolumes unmounts every volume's host mount (see Cleanup).
+func (r *Runtime) unmountVolumes() error {
+	images, _ := filepath.Glob(filepath.Join(r.dir, "volumes", "*", volumeImageName))
+	var errs []error
+	for _, img := range images {
+		id := filepath.Base(filepath.Dir(img))
+		if checkVolumeID(id) != nil {
+			continue
+		}
+		unlock := r.volumes.Lock(id)
+		if err := unmountAll(r.volumeMount(id)); err != nil {
+			errs = append(errs, fmt.Errorf("runc: volume %s: %w", id, err))
+		}
+		unlock()
+	}
+	return errors.Join(errs...)
+}
