@@ -86,6 +86,13 @@ type VolumeHost interface {
 	RemoveVolume(ctx context.Context, id string) error
 }
 
+// VolumeLister is an optional VolumeHost capability: it lists the ids
+// of the volumes whose data it keeps, so that the engine can remove, at
+// its start, the data of volumes no record names.
+type VolumeLister interface {
+	VolumeIDs(ctx context.Context) ([]string, error)
+}
+
 const (
 	// MaxVolumeMounts bounds a sandbox's volume mounts.
 	MaxVolumeMounts = 16

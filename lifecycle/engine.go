@@ -281,6 +281,7 @@ func (e *Engine) Recover(ctx context.Context) error {
 	if err := e.gpuAdopt(ctx); err != nil {
 		return err
 	}
+	e.sweepVolumes(ctx)
 	if err := e.reconcile(ctx); err != nil {
 		return err
 	}

@@ -79,6 +79,11 @@ func (e *Engine) CreateVolume(ctx context.Context, tenant, name string, sizeMiB 
 		return torpor.Volume{}, err
 	}
 	if err := vh.MakeVolume(ctx, v.ID, sizeMiB); err != nil {
+		// What MakeVolume made of it (its directory, a part-made image)
+		// goes with the record: nothing else would name it.
+		if rerr := vh.RemoveVolume(context.WithoutCancel(ctx), v.ID); rerr != nil {
+			e.log.Warn("volumes: removing the data of a volume not made", "volume", name, "id", v.ID, "err", rerr)
+		}
 		if derr := e.store.DeleteVolume(context.WithoutCancel(ctx), tenant, name); derr != nil {
 			e.log.Warn("volumes: removing the record of a volume not made", "volume", name, "err", derr)
 		}
@@ -192,6 +197,12 @@ func (e *Engine) DeleteVolume(ctx context.Context, tenant, name string) error {
 	if err != nil {
 		return err
 	}
+	// The record goes first, then the data: the store's delete is where
+	// the check that no sandbox mounts the volume is (one transaction),
+	// so removing the image before it could destroy a volume in use. A
+	// crash or a failed removal between the two leaves an image no record
+	// names, which the sweep at the daemon's start removes
+	// (sweepVolumes).
 	if err := e.store.DeleteVolume(ctx, tenant, name); err != nil {
 		return err
 	}
@@ -265,4 +276,56 @@ func (e *Engine) volumeBinds(ctx context.Context, sb *torpor.Sandbox) ([]torpor.
 		out = append(out, torpor.VolumeBind{ID: v.ID, SizeMiB: v.SizeMiB, Path: m.Path, ReadOnly: m.ReadOnly})
 	}
 	return out, nil
+}
+
+// sweepVolumes runs at the daemon's start (Recover): it removes the data
+// of every volume the runtime keeps that no record names (a volume whose
+// delete or create was cut short between the record and its image), and
+// mounts the others again where they are not mounted (after a host
+// reboot). A store that cannot list the records sweeps nothing.
+func (e *Engine) sweepVolumes(ctx context.Context) {
+	vh, err := e.volumeHost()
+	if err != nil {
+		return
+	}
+	lister, ok := vh.(torpor.VolumeLister)
+	if !ok {
+		return
+	}
+	ids, err := lister.VolumeIDs(ctx)
+	if err != nil {
+		e.log.Warn("volumes: listing the volumes on this node", "err", err)
+		return
+	}
+	if len(ids) == 0 {
+		return
+	}
+	tenants, err := e.store.ListTenants(ctx)
+	if err != nil {
+		e.log.Warn("volumes: listing tenants to sweep volumes", "err", err)
+		return
+	}
+	named := map[string]bool{}
+	for _, t := range tenants {
+		vs, err := e.store.ListVolumes(ctx, t.Name)
+		if err != nil {
+			e.log.Warn("volumes: listing volumes to sweep them", "tenant", t.Name, "err", err)
+			return
+		}
+		for _, v := range vs {
+			named[v.ID] = true
+		}
+	}
+	for _, id := range ids {
+		if !named[id] {
+			e.log.Info("volumes: removing the data of a volume no record names", "id", id)
+			if err := vh.RemoveVolume(ctx, id); err != nil {
+				e.log.Warn("volumes: removing the data of a volume no record names", "id", id, "err", err)
+			}
+			continue
+		}
+		if _, err := vh.VolumeDir(ctx, id); err != nil && !torpor.IsCode(err, torpor.EConflict) {
+			e.log.Warn("volumes: mounting a volume", "id", id, "err", err)
+		}
+	}
 }

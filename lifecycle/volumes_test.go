@@ -1,6 +1,7 @@
 package lifecycle_test
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -169,5 +170,38 @@ func TestVolumeMountsRefusedWhereTheRuntimeCannot(t *testing.T) {
 	}
 	if sbs, _ := e.store.ListSandboxes(ctx, torpor.SandboxFilter{}); len(sbs) != 0 {
 		t.Fatalf("sandboxes after the refusal: %d", len(sbs))
+	}
+}
+
+// A create whose data could not be made leaves none; a volume's data
+// that no record names (a delete or create cut short between the two)
+// is removed at the daemon's start, and a named volume's is kept.
+func TestVolumeDataNoRecordNamesIsSwept(t *testing.T) {
+	e := volumeEnv(t)
+	vdir := filepath.Join(e.host.FilesDir, ".volumes")
+	e.host.FailNext("make_volume", errors.New("disk on fire"))
+	if _, err := e.eng.CreateVolume(ctx, "acme", "broken", 32); err == nil {
+		t.Fatal("CreateVolume succeeded with a failing make")
+	}
+	if ents, _ := os.ReadDir(vdir); len(ents) != 0 {
+		t.Fatalf("a failed create left %d volume dirs", len(ents))
+	}
+	if _, err := e.eng.GetVolume(ctx, "acme", "broken"); !torpor.IsCode(err, torpor.ENotFound) {
+		t.Fatalf("GetVolume of the failed create = %v, want not_found", err)
+	}
+	v, err := e.eng.CreateVolume(ctx, "acme", "data", 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	orphan := filepath.Join(vdir, "vol_orphan")
+	if err := os.MkdirAll(orphan, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	e.restart()
+	if _, err := os.Stat(orphan); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the orphan's data after a restart: %v, want it removed", err)
+	}
+	if _, err := os.Stat(filepath.Join(vdir, v.ID)); err != nil {
+		t.Fatalf("the named volume's data after a restart: %v", err)
 	}
 }

@@ -34,13 +34,28 @@ func (r *Runtime) MakeVolume(ctx context.Context, id string, sizeMiB int64) erro
 	}
 	r.h.mu.Lock()
 	defer r.h.mu.Unlock()
-	if err := r.h.takeFail("make_volume"); err != nil {
-		return err
-	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("fake: %w", err)
 	}
-	return nil
+	// A failure leaves the directory made, as a real make cut short
+	// leaves a part-made image.
+	return r.h.takeFail("make_volume")
+}
+
+// VolumeIDs lists the volumes' directories.
+func (r *Runtime) VolumeIDs(ctx context.Context) ([]string, error) {
+	if r.h.FilesDir == "" {
+		return nil, nil
+	}
+	ents, err := os.ReadDir(filepath.Join(r.h.FilesDir, ".volumes"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	var ids []string
+	for _, ent := range ents {
+		ids = append(ids, ent.Name())
+	}
+	return ids, err
 }
 
 // VolumeDir returns the volume's directory; not_found when it has none.

@@ -199,7 +199,6 @@ func New(cfg Config) (*Runtime, error) {
 	} else {
 		r.mkfs = mkfs
 		removeStaleSpares(filepath.Join(dir, "disks"))
-		r.remountVolumes()
 	}
 	r.code = instances.CodeServer{Who: Kind, CheckRef: checkRef, Conn: r.codeConn, Runtime: r}
 	r.ProcessClient = initproc.ProcessClient{Send: r.code.Send, Who: Kind}
