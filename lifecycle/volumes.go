@@ -241,21 +241,107 @@ func (e *Engine) VolumeFS(ctx context.Context, tenant, name string) (files.FS, e
 	return files.HostFS(root), nil
 }
 
-// checkVolumeMounts refuses a create whose volume mounts name a volume
-// the tenant does not have, or whose runtime cannot mount volumes.
+// wireVolumeDevices hands the volume host's images to the runtimes that
+// attach volumes as block devices (VMs), and tells the host who holds
+// which (docs/volumes.md, "VM sandboxes").
+func (e *Engine) wireVolumeDevices() {
+	vh, err := e.volumeHost()
+	if err != nil {
+		return
+	}
+	vd, ok := vh.(torpor.VolumeDevices)
+	if !ok {
+		return
+	}
+	var attachers []torpor.VolumeAttacher
+	for _, info := range e.Runtimes() {
+		if a, ok := e.runtimes[info.Kind].(torpor.VolumeAttacher); ok {
+			a.UseVolumeDevices(vd)
+			attachers = append(attachers, a)
+		}
+	}
+	if len(attachers) == 0 {
+		return
+	}
+	e.volumeDevices = true
+	e.volumeAttachers = attachers
+	vd.SetVolumeHolder(e.volumeHolder)
+}
+
+// volumeHolder answers the VM sandbox that holds volume id, if one does.
+func (e *Engine) volumeHolder(id string) (string, bool) {
+	for _, a := range e.volumeAttachers {
+		if sb, ok := a.VolumeHolder(id); ok {
+			return sb, true
+		}
+	}
+	return "", false
+}
+
+// mountsVolumes reports whether sandboxes of rt can mount volumes.
+func (e *Engine) mountsVolumes(rt torpor.Runtime) bool {
+	if _, ok := rt.(torpor.VolumeHost); ok {
+		return true
+	}
+	_, ok := rt.(torpor.VolumeAttacher)
+	return ok && e.volumeDevices
+}
+
+// holdsInstance reports whether a sandbox in state s has (or will have
+// at once) an instance that uses its volumes.
+func holdsInstance(s torpor.State) bool {
+	switch s {
+	case torpor.StateHibernated, torpor.StateTerminated, torpor.StateFailed:
+		return false
+	}
+	return true
+}
+
+// checkVolumeMounts refuses a create (or a boot: self is then the
+// sandbox) whose volume mounts name a volume the tenant does not have,
+// whose runtime cannot mount volumes, or one that a VM holds alone: a
+// volume a VM sandbox mounts is that VM's while it runs or is paused,
+// and a VM mounts only a volume no other sandbox with an instance does.
 func (e *Engine) checkVolumeMounts(ctx context.Context, tenant string, rt torpor.Runtime, ms []torpor.VolumeMount) error {
+	return e.checkVolumeMountsFor(ctx, tenant, "", rt, ms)
+}
+
+func (e *Engine) checkVolumeMountsFor(ctx context.Context, tenant, self string, rt torpor.Runtime, ms []torpor.VolumeMount) error {
 	if len(ms) == 0 {
 		return nil
 	}
-	if _, ok := rt.(torpor.VolumeHost); !ok {
-		return torpor.Invalid("volume_mounts", "sandboxes of the %s runtime cannot mount volumes yet; use a container (runc) sandbox (docs/volumes.md)", rt.Kind())
+	if !e.mountsVolumes(rt) {
+		return torpor.Invalid("volume_mounts", "sandboxes of the %s runtime cannot mount volumes on this server (docs/volumes.md)", rt.Kind())
 	}
+	_, isVM := rt.(torpor.VolumeAttacher)
 	for _, m := range ms {
-		if _, err := e.store.GetVolume(ctx, tenant, m.Name); err != nil {
+		v, err := e.store.GetVolume(ctx, tenant, m.Name)
+		if err != nil {
 			if torpor.IsCode(err, torpor.ENotFound) {
 				return torpor.Invalid("volume_mounts."+m.Name, "no volume %q: create it first (torpor volumes create)", m.Name)
 			}
 			return err
+		}
+		if sb, held := e.volumeHolder(v.ID); held && sb != self {
+			err := torpor.AsError(torpor.VolumeHeld(m.Name, sb))
+			err.Param = "volume_mounts." + m.Name
+			return err
+		}
+		if !isVM {
+			continue
+		}
+		sbs, err := e.store.ListSandboxes(ctx, torpor.SandboxFilter{Tenant: tenant})
+		if err != nil {
+			return err
+		}
+		for _, sb := range sbs {
+			if sb.ID == self || !holdsInstance(sb.State) {
+				continue
+			}
+			if slices.ContainsFunc(sb.VolumeMounts, func(o torpor.VolumeMount) bool { return o.Name == m.Name }) {
+				return &torpor.Error{Code: torpor.EConflict, Reason: "volume_in_use", Param: "volume_mounts." + m.Name,
+					Message: fmt.Sprintf("volume %q is mounted by sandbox %s (%s): a VM sandbox mounts a volume alone, as a block device; hibernate or delete that sandbox first", m.Name, sb.ID, sb.State)}
+			}
 		}
 	}
 	return nil
@@ -328,4 +414,23 @@ func (e *Engine) sweepVolumes(ctx context.Context) {
 			e.log.Warn("volumes: mounting a volume", "id", id, "err", err)
 		}
 	}
+}
+
+// checkVolumesFree refuses a cold start of sb while one of its volumes
+// is held by a VM sandbox (or, for a VM, mounted by another sandbox with
+// an instance): 409, the sandbox staying as it is, rather than a boot
+// that fails.
+func (e *Engine) checkVolumesFree(ctx context.Context, sb *torpor.Sandbox) error {
+	if len(sb.VolumeMounts) == 0 {
+		return nil
+	}
+	rt, err := e.runtime(sb.Runtime.Kind)
+	if err != nil {
+		return err
+	}
+	err = e.checkVolumeMountsFor(ctx, sb.Tenant, sb.ID, rt, sb.VolumeMounts)
+	if e := torpor.AsError(err); err != nil && e.Code == torpor.EConflict && e.Reason == "volume_in_use" {
+		return err
+	}
+	return nil
 }

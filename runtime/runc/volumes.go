@@ -25,7 +25,56 @@ import (
 // several sandboxes' binds of one volume are one file system with one
 // page cache.
 
-var _ torpor.VolumeHost = (*Runtime)(nil)
+var (
+	_ torpor.VolumeHost    = (*Runtime)(nil)
+	_ torpor.VolumeDevices = (*Runtime)(nil)
+)
+
+// SetVolumeHolder tells the runtime who holds volumes as VM drives.
+func (r *Runtime) SetVolumeHolder(holder func(id string) (string, bool)) {
+	r.volumeHolder.Store(&holder)
+}
+
+// heldBy answers the VM sandbox that holds volume id, if one does.
+func (r *Runtime) heldBy(id string) (string, bool) {
+	if h := r.volumeHolder.Load(); h != nil {
+		return (*h)(id)
+	}
+	return "", false
+}
+
+// TakeVolume unmounts the volume from the host and returns its image,
+// for a VM's drive (the caller holds it from then on: heldBy). A host
+// mount still in use (a container sandbox's bind, an open files call)
+// keeps the loop device bound after the unmount: the volume is then
+// mounted again and the answer is a conflict.
+func (r *Runtime) TakeVolume(ctx context.Context, id string) (string, error) {
+	if err := checkVolumeID(id); err != nil {
+		return "", err
+	}
+	defer r.volumes.Lock(id)()
+	image := r.volumeImage(id)
+	if _, err := os.Lstat(image); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return "", torpor.Errorf(torpor.ENotFound, "the data of volume %s is not on this node", id)
+		}
+		return "", err
+	}
+	if err := unmountAll(r.volumeMount(id)); err != nil {
+		return "", err
+	}
+	if dev, err := boundLoop(image); err != nil || dev != nil {
+		if dev != nil {
+			dev.Close()
+		}
+		if merr := mountImage(image, r.volumeMount(id), false); merr != nil {
+			r.log.Warn("runc: mounting a volume again", "volume", id, "err", merr)
+		}
+		return "", &torpor.Error{Code: torpor.EConflict, Reason: "volume_in_use",
+			Message: fmt.Sprintf("volume %s is in use on the host (a container sandbox mounts it, or a files call is open): a VM can mount a volume only while nothing else does", id)}
+	}
+	return image, nil
+}
 
 const (
 	volumeImageName = "volume.img"
@@ -88,8 +137,12 @@ func (r *Runtime) VolumeDir(ctx context.Context, id string) (string, error) {
 	return r.mountVolume(id)
 }
 
-// mountVolume is VolumeDir with the volume's lock held.
+// mountVolume is VolumeDir with the volume's lock held. A volume a VM
+// holds is not mounted (a conflict naming the VM).
 func (r *Runtime) mountVolume(id string) (string, error) {
+	if sb, held := r.heldBy(id); held {
+		return "", torpor.VolumeHeld(id, sb)
+	}
 	image := r.volumeImage(id)
 	if _, err := os.Lstat(image); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
