@@ -333,9 +333,10 @@ test('volumes: the Volume class on torpor\'s tenant volumes, its files by token,
   assert.ok((await Volume.list()).some((v) => v.volumeId === vol.volumeId && v.name === name))
   assert.equal((await Volume.getInfo(vol.volumeId)).name, name)
 
-  const w = await vol.writeFile('/in/seed.txt', 'seeded by the SDK')
+  const w = await vol.writeFile('/in/seed.txt', 'seeded by the SDK', { mode: 0o600 })
   assert.equal(w.type, 'file')
   assert.equal(w.size, 17)
+  assert.equal(w.mode, 0o600)
   const again = await Volume.connect(vol.volumeId)
   assert.equal(await again.readFile('/in/seed.txt'), 'seeded by the SDK')
   assert.equal((await vol.makeDir('/out')).type, 'directory')
@@ -343,7 +344,8 @@ test('volumes: the Volume class on torpor\'s tenant volumes, its files by token,
   assert.equal(await vol.exists('/in/seed.txt'), true)
   assert.equal(await vol.exists('/nope'), false)
   await assert.rejects(vol.readFile('/nope'), VolumePathNotFoundError)
-  assert.equal((await vol.updateMetadata('/in/seed.txt', { mode: 0o600 })).mode, 0o600)
+  // Readable by the sandbox's user (E2B's commands run as "user").
+  assert.equal((await vol.updateMetadata('/in/seed.txt', { mode: 0o644 })).mode, 0o644)
 
   // The native CLI sees it; a sandbox mounts it and writes a result.
   assert.equal(JSON.parse(cli(['volumes', 'get', name, '--json'])).id, vol.volumeId)
