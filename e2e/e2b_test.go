@@ -16,9 +16,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"syscall"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 

@@ -127,7 +127,7 @@ func (e *Engine) GetVolume(ctx context.Context, tenant, name string) (torpor.Vol
 func (e *Engine) volumeView(ctx context.Context, vh torpor.VolumeHost, v torpor.Volume) torpor.Volume {
 	if used, err := vh.VolumeUsed(ctx, v.ID); err == nil {
 		v.UsedBytes = &used
-	} else {
+	} else if !torpor.IsCode(err, torpor.EConflict) { // held by a VM: not mounted here
 		e.log.Warn("volumes: space used", "volume", v.Name, "tenant", v.Tenant, "err", err)
 	}
 	return v

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -204,4 +205,94 @@ func TestVolumeDataNoRecordNamesIsSwept(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(vdir, v.ID)); err != nil {
 		t.Fatalf("the named volume's data after a restart: %v", err)
 	}
+}
+
+// vmVolumes stands for the vm runtime: its sandboxes mount volumes as
+// devices, and the test says which volumes it holds.
+type vmVolumes struct {
+	torpor.Runtime
+	mu    sync.Mutex
+	vd    torpor.VolumeDevices
+	holds map[string]string
+}
+
+func (*vmVolumes) Kind() string { return "vmish" }
+func (v *vmVolumes) UseVolumeDevices(vd torpor.VolumeDevices) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.vd = vd
+}
+func (v *vmVolumes) VolumeHolder(id string) (string, bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	sb, ok := v.holds[id]
+	return sb, ok
+}
+func (v *vmVolumes) hold(id, sb string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if sb == "" {
+		delete(v.holds, id)
+	} else {
+		v.holds[id] = sb
+	}
+}
+
+// A volume a VM sandbox holds is its alone: its files, a create and a
+// cold start of another sandbox that mounts it are 409 naming the VM
+// (the other sandbox staying as it was); a VM's create is 409 while a
+// sandbox with an instance mounts the volume. Hibernated sandboxes hold
+// nothing.
+func TestVolumeHeldByAVMIsExclusive(t *testing.T) {
+	vm := &vmVolumes{holds: map[string]string{}}
+	e := newEnv(t, func(c *lifecycle.Config) {
+		vm.Runtime = fake.New(fake.NewHost())
+		c.Runtimes = append(c.Runtimes, vm)
+	})
+	e.host.FilesDir = t.TempDir()
+	if err := e.store.CreateTenant(ctx, torpor.Tenant{Name: "acme", CreatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	v, err := e.eng.CreateVolume(ctx, "acme", "data", 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mounts := []torpor.VolumeMount{{Name: "data", Path: "/data"}}
+	ctr := e.create(torpor.CreateRequest{VolumeMounts: mounts})
+	vmReq := torpor.CreateRequest{Template: "base", Runtime: torpor.RuntimeConfig{Kind: "vmish"}, VolumeMounts: mounts}
+	conflict := func(err error, naming string) {
+		t.Helper()
+		e := torpor.AsError(err)
+		if e.Code != torpor.EConflict || e.Reason != "volume_in_use" || !strings.Contains(e.Message, naming) {
+			t.Fatalf("got %v, want a volume_in_use conflict naming %s", err, naming)
+		}
+	}
+	_, err = e.eng.Create(ctx, "acme", vmReq)
+	conflict(err, ctr.ID)
+	if _, err := e.eng.Hibernate(ctx, "acme", ctr.ID); err != nil {
+		t.Fatal(err)
+	}
+	vmsb, err := e.eng.Create(ctx, "acme", vmReq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vm.hold(v.ID, vmsb.ID)
+	_, err = e.eng.VolumeFS(ctx, "acme", "data")
+	conflict(err, vmsb.ID)
+	_, err = e.eng.Create(ctx, "acme", torpor.CreateRequest{Template: "base", VolumeMounts: mounts})
+	conflict(err, vmsb.ID)
+	_, err = e.eng.Start(ctx, "acme", ctr.ID)
+	conflict(err, vmsb.ID)
+	if s := e.get(ctr.ID).State; s != torpor.StateHibernated {
+		t.Fatalf("the refused start left the sandbox %s", s)
+	}
+	if g, err := e.eng.GetVolume(ctx, "acme", "data"); err != nil || g.UsedBytes != nil || len(g.MountedBy) != 2 {
+		t.Fatalf("GetVolume while held: %+v %v", g, err)
+	}
+	vm.hold(v.ID, "")
+	fsys, err := e.eng.VolumeFS(ctx, "acme", "data")
+	if err != nil {
+		t.Fatalf("the files once the VM let go: %v", err)
+	}
+	fsys.Close()
 }

@@ -18,6 +18,8 @@ import (
 // Host holds the instances and disks; it plays the role of the machine.
 type Host struct {
 	mu        sync.Mutex
+	// volumeHolder is set by SetVolumeHolder (volumes.go).
+	volumeHolder func(id string) (string, bool)
 	instances map[string]*instance
 	disks     map[string]bool
 	fail      map[string]error

@@ -11,7 +11,30 @@ import (
 	"github.com/torpor-dev/torpor"
 )
 
-var _ torpor.VolumeHost = (*Runtime)(nil)
+var (
+	_ torpor.VolumeHost    = (*Runtime)(nil)
+	_ torpor.VolumeDevices = (*Runtime)(nil)
+)
+
+// SetVolumeHolder records who holds volumes as VM drives: VolumeDir of
+// a held volume is then a conflict, as on a real host.
+func (r *Runtime) SetVolumeHolder(holder func(id string) (string, bool)) {
+	r.h.mu.Lock()
+	defer r.h.mu.Unlock()
+	r.h.volumeHolder = holder
+}
+
+// TakeVolume returns the volume's directory as its "image".
+func (r *Runtime) TakeVolume(ctx context.Context, id string) (string, error) {
+	dir, err := r.volumeDir(id)
+	if err != nil {
+		return "", err
+	}
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		return "", torpor.Errorf(torpor.ENotFound, "the data of volume %s is not on this node", id)
+	}
+	return dir, nil
+}
 
 // The fake keeps a volume as the directory FilesDir/.volumes/<id>, of no
 // fixed size, and its size beside it; without a FilesDir it keeps none.
@@ -58,11 +81,20 @@ func (r *Runtime) VolumeIDs(ctx context.Context) ([]string, error) {
 	return ids, err
 }
 
-// VolumeDir returns the volume's directory; not_found when it has none.
+// VolumeDir returns the volume's directory; not_found when it has none,
+// a conflict while a VM holds it.
 func (r *Runtime) VolumeDir(ctx context.Context, id string) (string, error) {
 	dir, err := r.volumeDir(id)
 	if err != nil {
 		return "", err
+	}
+	r.h.mu.Lock()
+	holder := r.h.volumeHolder
+	r.h.mu.Unlock()
+	if holder != nil {
+		if sb, held := holder(id); held {
+			return "", torpor.VolumeHeld(id, sb)
+		}
 	}
 	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
 		return "", torpor.Errorf(torpor.ENotFound, "the data of volume %s is not on this node", id)
