@@ -339,7 +339,10 @@ test('volumes: the Volume class on torpor\'s tenant volumes, its files by token,
   assert.equal(w.mode, 0o600)
   const again = await Volume.connect(vol.volumeId)
   assert.equal(await again.readFile('/in/seed.txt'), 'seeded by the SDK')
-  assert.equal((await vol.makeDir('/out')).type, 'directory')
+  // Writable by the sandbox's user.
+  const dir = await vol.makeDir('/out', { mode: 0o777 })
+  assert.equal(dir.type, 'directory')
+  assert.equal(dir.mode, 0o777)
   assert.deepEqual((await vol.list('/')).map((e) => e.name).sort(), ['in', 'out'])
   assert.equal(await vol.exists('/in/seed.txt'), true)
   assert.equal(await vol.exists('/nope'), false)
