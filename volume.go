@@ -86,6 +86,45 @@ type VolumeHost interface {
 	RemoveVolume(ctx context.Context, id string) error
 }
 
+// VolumeLister is an optional VolumeHost capability: it lists the ids
+// of the volumes whose data it keeps, so that the engine can remove, at
+// its start, the data of volumes no record names.
+type VolumeLister interface {
+	VolumeIDs(ctx context.Context) ([]string, error)
+}
+
+// VolumeDevices is an optional VolumeHost capability: it hands a
+// volume's image to a runtime that attaches it to a VM as a block
+// device (VolumeAttacher). ext4 is no cluster file system, so a volume a
+// VM holds is that VM's alone: the host does not mount it while it is
+// held (VolumeDir and GrowVolume are then a conflict naming the holder).
+type VolumeDevices interface {
+	// TakeVolume unmounts the volume from the host and returns the path
+	// of its image, for a VM's drive: a conflict while a host mount of
+	// it is still in use (a container sandbox binds it, a files call has
+	// it open), which is then mounted again.
+	TakeVolume(ctx context.Context, id string) (string, error)
+	// SetVolumeHolder tells the host who holds volumes as devices:
+	// holder answers the sandbox that holds volume id, if one does.
+	SetVolumeHolder(holder func(id string) (sandbox string, held bool))
+}
+
+// VolumeAttacher is an optional Runtime capability: its sandboxes mount
+// volumes as block devices, their images handed over by a VolumeDevices
+// host. A sandbox holds its volumes from its boot until its instance is
+// gone for good (a paused sandbox's snapshot keeps them).
+type VolumeAttacher interface {
+	UseVolumeDevices(VolumeDevices)
+	// VolumeHolder answers the sandbox that holds volume id, if one does.
+	VolumeHolder(id string) (sandbox string, held bool)
+}
+
+// VolumeHeld is the conflict of a volume that a VM sandbox holds.
+func VolumeHeld(volume, sandbox string) error {
+	return &Error{Code: EConflict, Reason: "volume_in_use",
+		Message: "volume " + volume + " is mounted by VM sandbox " + sandbox + ", which holds it alone while it runs or is paused (a VM's volume is a block device, and ext4 is not shared): hibernate or delete that sandbox first"}
+}
+
 const (
 	// MaxVolumeMounts bounds a sandbox's volume mounts.
 	MaxVolumeMounts = 16

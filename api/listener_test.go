@@ -684,4 +684,5 @@ var randomFields = map[string]bool{
 	"id": true, "sandbox_id": true, "traffic_token": true, "secret": true, "key": true,
 	"sandboxID": true, "clientID": true, "envdAccessToken": true, "trafficAccessToken": true,
 	"seq": true, "next": true, "cursor": true,
+	"volumeID": true, "token": true,
 }

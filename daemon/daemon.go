@@ -208,7 +208,11 @@ func Run(ctx context.Context, cfg Config, opt Options) error {
 	// A create waits for a template being built up to just under the
 	// SDKs' request timeout (60 s), then is told to retry.
 	e2bTemplates := e2btemplates.New(e2btemplates.Config{Builder: tmpls, Store: st, Aliases: aliases, Logger: log, MaxWait: 50 * time.Second})
-	e2bAPI := e2b.New(e2b.Config{Engine: eng, Fleet: fl, Auth: st, TemplateStore: st, Logger: log, Templates: e2bTemplates,
+	volKey, err := volumeTokenKey(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	e2bAPI := e2b.New(e2b.Config{Engine: eng, Fleet: fl, Auth: st, TemplateStore: st, Logger: log, Templates: e2bTemplates, VolumeTokenKey: volKey,
 		Domain: e2bDomain(cfg, proxyAddr), AllowInternetByDefault: sandboxNet != nil,
 		DefaultResources: cfg.limits().Default, Ready: srv.Ready, RateLimit: limiter})
 	hs := &http.Server{Handler: apiHandler(srv, e2bAPI), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}

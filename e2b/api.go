@@ -67,6 +67,9 @@ type Config struct {
 	// exempt), 429 with Retry-After beyond; nil: no limit. The daemon
 	// shares one with the native API, so a key has one rate.
 	RateLimit *ratelimit.Limiter
+	// VolumeTokenKey signs the tokens that open a volume's files
+	// (volumes.go); nil: a random key, whose tokens end with the process.
+	VolumeTokenKey []byte
 	// Fleet, in a fleet, checks the requests other nodes forward here and
 	// forwards to its owner a request for a sandbox of another node
 	// (fleet.go); nil: no fleet. Router says which node serves what (nil:
@@ -91,6 +94,7 @@ type API struct {
 	fleet     *fleet.Fleet
 	router    lifecycle.Router
 	mux       *http.ServeMux
+	volKey    []byte
 
 	// cpu keeps each sandbox's last CPU sample, for cpuUsedPct.
 	cpuMu sync.Mutex
@@ -130,6 +134,17 @@ func (a *API) routes() []route {
 		{"GET", "/secrets/{secretID}", a.getSecret},
 		{"POST", "/secrets/{secretID}", a.updateSecret},
 		{"DELETE", "/secrets/{secretID}", a.deleteSecret},
+		{"POST", "/volumes", a.createVolume},
+		{"GET", "/volumes", a.listVolumes},
+		{"GET", "/volumes/{volumeID}", a.getVolume},
+		{"DELETE", "/volumes/{volumeID}", a.deleteVolume},
+		{"GET", "/volumecontent/{volumeID}/dir", a.volumeListDir},
+		{"POST", "/volumecontent/{volumeID}/dir", a.volumeMakeDir},
+		{"GET", "/volumecontent/{volumeID}/path", a.volumeStat},
+		{"PATCH", "/volumecontent/{volumeID}/path", a.volumeUpdateMetadata},
+		{"DELETE", "/volumecontent/{volumeID}/path", a.volumeRemove},
+		{"GET", "/volumecontent/{volumeID}/file", a.volumeReadFile},
+		{"PUT", "/volumecontent/{volumeID}/file", a.volumeWriteFile},
 	}
 }
 
@@ -152,6 +167,9 @@ func New(cfg Config) *API {
 		mux: http.NewServeMux(), cpu: map[string]cpuSample{}, defRes: cfg.DefaultResources, limiter: cfg.RateLimit,
 	}
 	a.fleet, a.router = cfg.Fleet, cfg.Router
+	if a.volKey = cfg.VolumeTokenKey; len(a.volKey) == 0 {
+		a.volKey = newVolumeKey()
+	}
 	if a.router == nil && cfg.Engine != nil {
 		a.router = cfg.Engine
 	}
@@ -175,9 +193,17 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.mux.ServeHTT
 
 func (a *API) wrap(rt route) http.Handler {
 	perSandbox := strings.Contains(rt.path, "{id}")
+	content := strings.HasPrefix(rt.path, "/volumecontent/")
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		err := a.serve(w, r, rt.h, perSandbox)
+		var err error
+		served := false
+		if content {
+			served, err = a.serveVolumeContent(w, r, rt.h)
+		}
+		if !served {
+			err = a.serve(w, r, rt.h, perSandbox)
+		}
 		if err != nil {
 			a.writeError(w, r, err)
 		}

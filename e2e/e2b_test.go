@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -75,7 +76,12 @@ func e2bEnv(t *testing.T, d *daemon) []string {
 // its output as it comes, and fails the test if any of them fails.
 func runNode(t *testing.T, node string, env []string, files ...string) {
 	t.Helper()
-	cmd := exec.Command(node, append([]string{"--test", "--test-concurrency=1", "--test-reporter=spec"}, files...)...)
+	args := []string{"--test", "--test-concurrency=1", "--test-reporter=spec"}
+	if p := os.Getenv("TORPOR_E2B_TEST_PATTERN"); p != "" {
+		// Runs only the cases whose names match (node's --test-name-pattern).
+		args = append(args, "--test-name-pattern="+p)
+	}
+	cmd := exec.Command(node, append(args, files...)...)
 	cmd.Dir = "e2b"
 	cmd.Env = append(os.Environ(), env...)
 	out, err := cmd.StdoutPipe()
@@ -116,6 +122,15 @@ func buildE2BTemplates(t *testing.T, d *daemon) {
 func TestE2BSDK(t *testing.T) {
 	node := needsE2BSDK(t)
 	dataDir := t.TempDir()
+	// A case that fails before its volume is destroyed leaves it
+	// mounted: unmounted after the daemon's shutdown, so that the data
+	// dir can be removed.
+	t.Cleanup(func() {
+		mnts, _ := filepath.Glob(filepath.Join(dataDir, "*", "volumes", "*", "mnt"))
+		for _, m := range mnts {
+			_ = syscall.Unmount(m, syscall.MNT_DETACH)
+		}
+	})
 	// The suite's tests leave sandboxes running (as E2B's do until their
 	// timeout): room for all of them.
 	d := startDaemon(t, torporBin(t), dataDir, "TORPOR_CAPACITY_VCPUS=32")

@@ -221,3 +221,64 @@ func TestVolumes(t *testing.T) {
 		t.Fatalf("the volume's data after its delete: %v", err)
 	}
 }
+
+// TestVolumesInVM: a volume seeded through its files route is mounted
+// by a microVM sandbox as a block device, read-write at one path and
+// read-only at another. While the VM holds it (running, and paused by
+// snapshot) the volume is the VM's alone: its files route and a
+// container sandbox that would mount it are refused with 409 naming the
+// VM. Its files stay across the snapshot and restore; once the VM is
+// hibernated what it wrote is read through the files route, and the
+// volume goes with its delete. One boot and one restore, for TCG's sake.
+func TestVolumesInVM(t *testing.T) {
+	env := needsVM(t)
+	ctx := context.Background()
+	dataDir := t.TempDir()
+	t.Cleanup(func() {
+		mnts, _ := filepath.Glob(filepath.Join(dataDir, "*", "volumes", "*", "mnt"))
+		for _, m := range mnts {
+			_ = syscall.Unmount(m, syscall.MNT_DETACH)
+		}
+	})
+	d := startDaemon(t, torporBin(t), dataDir, env...)
+	cl, err := client.New("http://"+d.addr, d.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.ok("volumes", "create", "data", "32")
+	if _, err := cl.WriteFile(ctx, client.Volume("data"), "/seed.txt", strings.NewReader("seeded"), nil); err != nil {
+		t.Fatal(err)
+	}
+	id := strings.TrimSpace(d.ok("create", "--isolation", "vm", "--memory", "192", "--volume", "data:/data", "--volume", "data:/ro:ro"))
+	if out := d.ok("exec", id, "--", "sh", "-c", "cat /data/seed.txt; echo from-vm > /data/out.txt; sync; (echo x > /ro/w) 2>&1; true"); !strings.Contains(out, "seeded") || !strings.Contains(out, "Read-only file system") {
+		t.Fatalf("inside the VM: %q", out)
+	}
+	held := func(when string) {
+		t.Helper()
+		if _, err := cl.ReadFile(ctx, client.Volume("data"), "/seed.txt"); !torpor.IsCode(err, torpor.EConflict) || !strings.Contains(err.Error(), id) {
+			t.Fatalf("%s: the volume's files route = %v, want a conflict naming %s", when, err, id)
+		}
+		out, errs, code := d.cliIn(d.key, "", "create", "--volume", "data:/data")
+		if code == 0 || !strings.Contains(errs, id) {
+			t.Fatalf("%s: a container sandbox mounting the VM's volume: exit %d %q %q", when, code, out, errs)
+		}
+	}
+	held("running")
+	d.ok("pause", id)
+	held("paused")
+	if out := d.ok("exec", id, "--", "cat", "/data/out.txt"); out != "from-vm\n" {
+		t.Fatalf("after the restore: %q", out)
+	}
+	d.ok("hibernate", id)
+	r, err := cl.ReadFile(ctx, client.Volume("data"), "/out.txt")
+	if err != nil {
+		t.Fatalf("the volume's files after the VM hibernated: %v", err)
+	}
+	b, _ := io.ReadAll(r)
+	r.Close()
+	if string(b) != "from-vm\n" {
+		t.Fatalf("what the VM wrote, read on the host: %q", b)
+	}
+	d.ok("rm", id)
+	d.ok("volumes", "rm", "data")
+}

@@ -158,6 +158,11 @@ type Engine struct {
 	// abandoned holds the ids of creates a full data disk cut short after
 	// their record was stored (see finishCutShort).
 	abandoned sync.Map
+
+	// volumeDevices: the volume host hands volumes' images to the
+	// runtimes in volumeAttachers (VMs), set by wireVolumeDevices.
+	volumeDevices   bool
+	volumeAttachers []torpor.VolumeAttacher
 }
 
 // New returns an engine. Call Recover before serving requests.
@@ -232,6 +237,7 @@ func New(cfg Config) (*Engine, error) {
 	if _, ok := e.runtimes[e.defKind]; !ok {
 		return nil, fmt.Errorf("lifecycle: default runtime %q is not configured", e.defKind)
 	}
+	e.wireVolumeDevices()
 	if e.clock == nil {
 		e.clock = torpor.SystemClock{}
 	}
@@ -281,6 +287,7 @@ func (e *Engine) Recover(ctx context.Context) error {
 	if err := e.gpuAdopt(ctx); err != nil {
 		return err
 	}
+	e.sweepVolumes(ctx)
 	if err := e.reconcile(ctx); err != nil {
 		return err
 	}

@@ -292,6 +292,9 @@ func (e *Engine) start(ctx context.Context, sb *torpor.Sandbox, cause string) er
 			return &torpor.Error{Code: torpor.EConflict, State: sb.State, Reason: torpor.FailureLost,
 				Message: fmt.Sprintf("sandbox %s was lost with its node (%s); it cannot start again, delete it", sb.ID, sb.Failure.Message)}
 		}
+		if err := e.checkVolumesFree(ctx, sb); err != nil {
+			return err
+		}
 		if sb.State == torpor.StateHibernated || sb.State == torpor.StateArchived {
 			sb.Meters.Resumes++
 			if cause == CauseAuto {

@@ -79,6 +79,11 @@ func (e *Engine) CreateVolume(ctx context.Context, tenant, name string, sizeMiB 
 		return torpor.Volume{}, err
 	}
 	if err := vh.MakeVolume(ctx, v.ID, sizeMiB); err != nil {
+		// What MakeVolume made of it (its directory, a part-made image)
+		// goes with the record: nothing else would name it.
+		if rerr := vh.RemoveVolume(context.WithoutCancel(ctx), v.ID); rerr != nil {
+			e.log.Warn("volumes: removing the data of a volume not made", "volume", name, "id", v.ID, "err", rerr)
+		}
 		if derr := e.store.DeleteVolume(context.WithoutCancel(ctx), tenant, name); derr != nil {
 			e.log.Warn("volumes: removing the record of a volume not made", "volume", name, "err", derr)
 		}
@@ -122,7 +127,7 @@ func (e *Engine) GetVolume(ctx context.Context, tenant, name string) (torpor.Vol
 func (e *Engine) volumeView(ctx context.Context, vh torpor.VolumeHost, v torpor.Volume) torpor.Volume {
 	if used, err := vh.VolumeUsed(ctx, v.ID); err == nil {
 		v.UsedBytes = &used
-	} else {
+	} else if !torpor.IsCode(err, torpor.EConflict) { // held by a VM: not mounted here
 		e.log.Warn("volumes: space used", "volume", v.Name, "tenant", v.Tenant, "err", err)
 	}
 	return v
@@ -192,6 +197,12 @@ func (e *Engine) DeleteVolume(ctx context.Context, tenant, name string) error {
 	if err != nil {
 		return err
 	}
+	// The record goes first, then the data: the store's delete is where
+	// the check that no sandbox mounts the volume is (one transaction),
+	// so removing the image before it could destroy a volume in use. A
+	// crash or a failed removal between the two leaves an image no record
+	// names, which the sweep at the daemon's start removes
+	// (sweepVolumes).
 	if err := e.store.DeleteVolume(ctx, tenant, name); err != nil {
 		return err
 	}
@@ -230,21 +241,107 @@ func (e *Engine) VolumeFS(ctx context.Context, tenant, name string) (files.FS, e
 	return files.HostFS(root), nil
 }
 
-// checkVolumeMounts refuses a create whose volume mounts name a volume
-// the tenant does not have, or whose runtime cannot mount volumes.
+// wireVolumeDevices hands the volume host's images to the runtimes that
+// attach volumes as block devices (VMs), and tells the host who holds
+// which (docs/volumes.md, "VM sandboxes").
+func (e *Engine) wireVolumeDevices() {
+	vh, err := e.volumeHost()
+	if err != nil {
+		return
+	}
+	vd, ok := vh.(torpor.VolumeDevices)
+	if !ok {
+		return
+	}
+	var attachers []torpor.VolumeAttacher
+	for _, info := range e.Runtimes() {
+		if a, ok := e.runtimes[info.Kind].(torpor.VolumeAttacher); ok {
+			a.UseVolumeDevices(vd)
+			attachers = append(attachers, a)
+		}
+	}
+	if len(attachers) == 0 {
+		return
+	}
+	e.volumeDevices = true
+	e.volumeAttachers = attachers
+	vd.SetVolumeHolder(e.volumeHolder)
+}
+
+// volumeHolder answers the VM sandbox that holds volume id, if one does.
+func (e *Engine) volumeHolder(id string) (string, bool) {
+	for _, a := range e.volumeAttachers {
+		if sb, ok := a.VolumeHolder(id); ok {
+			return sb, true
+		}
+	}
+	return "", false
+}
+
+// mountsVolumes reports whether sandboxes of rt can mount volumes.
+func (e *Engine) mountsVolumes(rt torpor.Runtime) bool {
+	if _, ok := rt.(torpor.VolumeHost); ok {
+		return true
+	}
+	_, ok := rt.(torpor.VolumeAttacher)
+	return ok && e.volumeDevices
+}
+
+// holdsInstance reports whether a sandbox in state s has (or will have
+// at once) an instance that uses its volumes.
+func holdsInstance(s torpor.State) bool {
+	switch s {
+	case torpor.StateHibernated, torpor.StateTerminated, torpor.StateFailed:
+		return false
+	}
+	return true
+}
+
+// checkVolumeMounts refuses a create (or a boot: self is then the
+// sandbox) whose volume mounts name a volume the tenant does not have,
+// whose runtime cannot mount volumes, or one that a VM holds alone: a
+// volume a VM sandbox mounts is that VM's while it runs or is paused,
+// and a VM mounts only a volume no other sandbox with an instance does.
 func (e *Engine) checkVolumeMounts(ctx context.Context, tenant string, rt torpor.Runtime, ms []torpor.VolumeMount) error {
+	return e.checkVolumeMountsFor(ctx, tenant, "", rt, ms)
+}
+
+func (e *Engine) checkVolumeMountsFor(ctx context.Context, tenant, self string, rt torpor.Runtime, ms []torpor.VolumeMount) error {
 	if len(ms) == 0 {
 		return nil
 	}
-	if _, ok := rt.(torpor.VolumeHost); !ok {
-		return torpor.Invalid("volume_mounts", "sandboxes of the %s runtime cannot mount volumes yet; use a container (runc) sandbox (docs/volumes.md)", rt.Kind())
+	if !e.mountsVolumes(rt) {
+		return torpor.Invalid("volume_mounts", "sandboxes of the %s runtime cannot mount volumes on this server (docs/volumes.md)", rt.Kind())
 	}
+	_, isVM := rt.(torpor.VolumeAttacher)
 	for _, m := range ms {
-		if _, err := e.store.GetVolume(ctx, tenant, m.Name); err != nil {
+		v, err := e.store.GetVolume(ctx, tenant, m.Name)
+		if err != nil {
 			if torpor.IsCode(err, torpor.ENotFound) {
 				return torpor.Invalid("volume_mounts."+m.Name, "no volume %q: create it first (torpor volumes create)", m.Name)
 			}
 			return err
+		}
+		if sb, held := e.volumeHolder(v.ID); held && sb != self {
+			err := torpor.AsError(torpor.VolumeHeld(m.Name, sb))
+			err.Param = "volume_mounts." + m.Name
+			return err
+		}
+		if !isVM {
+			continue
+		}
+		sbs, err := e.store.ListSandboxes(ctx, torpor.SandboxFilter{Tenant: tenant})
+		if err != nil {
+			return err
+		}
+		for _, sb := range sbs {
+			if sb.ID == self || !holdsInstance(sb.State) {
+				continue
+			}
+			if slices.ContainsFunc(sb.VolumeMounts, func(o torpor.VolumeMount) bool { return o.Name == m.Name }) {
+				return &torpor.Error{Code: torpor.EConflict, Reason: "volume_in_use", Param: "volume_mounts." + m.Name,
+					Message: fmt.Sprintf("volume %q is mounted by sandbox %s (%s): a VM sandbox mounts a volume alone, as a block device; hibernate or delete that sandbox first", m.Name, sb.ID, sb.State)}
+			}
 		}
 	}
 	return nil
@@ -265,4 +362,75 @@ func (e *Engine) volumeBinds(ctx context.Context, sb *torpor.Sandbox) ([]torpor.
 		out = append(out, torpor.VolumeBind{ID: v.ID, SizeMiB: v.SizeMiB, Path: m.Path, ReadOnly: m.ReadOnly})
 	}
 	return out, nil
+}
+
+// sweepVolumes runs at the daemon's start (Recover): it removes the data
+// of every volume the runtime keeps that no record names (a volume whose
+// delete or create was cut short between the record and its image), and
+// mounts the others again where they are not mounted (after a host
+// reboot). A store that cannot list the records sweeps nothing.
+func (e *Engine) sweepVolumes(ctx context.Context) {
+	vh, err := e.volumeHost()
+	if err != nil {
+		return
+	}
+	lister, ok := vh.(torpor.VolumeLister)
+	if !ok {
+		return
+	}
+	ids, err := lister.VolumeIDs(ctx)
+	if err != nil {
+		e.log.Warn("volumes: listing the volumes on this node", "err", err)
+		return
+	}
+	if len(ids) == 0 {
+		return
+	}
+	tenants, err := e.store.ListTenants(ctx)
+	if err != nil {
+		e.log.Warn("volumes: listing tenants to sweep volumes", "err", err)
+		return
+	}
+	named := map[string]bool{}
+	for _, t := range tenants {
+		vs, err := e.store.ListVolumes(ctx, t.Name)
+		if err != nil {
+			e.log.Warn("volumes: listing volumes to sweep them", "tenant", t.Name, "err", err)
+			return
+		}
+		for _, v := range vs {
+			named[v.ID] = true
+		}
+	}
+	for _, id := range ids {
+		if !named[id] {
+			e.log.Info("volumes: removing the data of a volume no record names", "id", id)
+			if err := vh.RemoveVolume(ctx, id); err != nil {
+				e.log.Warn("volumes: removing the data of a volume no record names", "id", id, "err", err)
+			}
+			continue
+		}
+		if _, err := vh.VolumeDir(ctx, id); err != nil && !torpor.IsCode(err, torpor.EConflict) {
+			e.log.Warn("volumes: mounting a volume", "id", id, "err", err)
+		}
+	}
+}
+
+// checkVolumesFree refuses a cold start of sb while one of its volumes
+// is held by a VM sandbox (or, for a VM, mounted by another sandbox with
+// an instance): 409, the sandbox staying as it is, rather than a boot
+// that fails.
+func (e *Engine) checkVolumesFree(ctx context.Context, sb *torpor.Sandbox) error {
+	if len(sb.VolumeMounts) == 0 {
+		return nil
+	}
+	rt, err := e.runtime(sb.Runtime.Kind)
+	if err != nil {
+		return err
+	}
+	err = e.checkVolumeMountsFor(ctx, sb.Tenant, sb.ID, rt, sb.VolumeMounts)
+	if e := torpor.AsError(err); err != nil && e.Code == torpor.EConflict && e.Reason == "volume_in_use" {
+		return err
+	}
+	return nil
 }

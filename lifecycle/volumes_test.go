@@ -1,9 +1,11 @@
 package lifecycle_test
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -170,4 +172,127 @@ func TestVolumeMountsRefusedWhereTheRuntimeCannot(t *testing.T) {
 	if sbs, _ := e.store.ListSandboxes(ctx, torpor.SandboxFilter{}); len(sbs) != 0 {
 		t.Fatalf("sandboxes after the refusal: %d", len(sbs))
 	}
+}
+
+// A create whose data could not be made leaves none; a volume's data
+// that no record names (a delete or create cut short between the two)
+// is removed at the daemon's start, and a named volume's is kept.
+func TestVolumeDataNoRecordNamesIsSwept(t *testing.T) {
+	e := volumeEnv(t)
+	vdir := filepath.Join(e.host.FilesDir, ".volumes")
+	e.host.FailNext("make_volume", errors.New("disk on fire"))
+	if _, err := e.eng.CreateVolume(ctx, "acme", "broken", 32); err == nil {
+		t.Fatal("CreateVolume succeeded with a failing make")
+	}
+	if ents, _ := os.ReadDir(vdir); len(ents) != 0 {
+		t.Fatalf("a failed create left %d volume dirs", len(ents))
+	}
+	if _, err := e.eng.GetVolume(ctx, "acme", "broken"); !torpor.IsCode(err, torpor.ENotFound) {
+		t.Fatalf("GetVolume of the failed create = %v, want not_found", err)
+	}
+	v, err := e.eng.CreateVolume(ctx, "acme", "data", 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	orphan := filepath.Join(vdir, "vol_orphan")
+	if err := os.MkdirAll(orphan, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	e.restart()
+	if _, err := os.Stat(orphan); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the orphan's data after a restart: %v, want it removed", err)
+	}
+	if _, err := os.Stat(filepath.Join(vdir, v.ID)); err != nil {
+		t.Fatalf("the named volume's data after a restart: %v", err)
+	}
+}
+
+// vmVolumes stands for the vm runtime: its sandboxes mount volumes as
+// devices, and the test says which volumes it holds.
+type vmVolumes struct {
+	torpor.Runtime
+	mu    sync.Mutex
+	vd    torpor.VolumeDevices
+	holds map[string]string
+}
+
+func (*vmVolumes) Kind() string { return "vmish" }
+func (v *vmVolumes) UseVolumeDevices(vd torpor.VolumeDevices) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.vd = vd
+}
+func (v *vmVolumes) VolumeHolder(id string) (string, bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	sb, ok := v.holds[id]
+	return sb, ok
+}
+func (v *vmVolumes) hold(id, sb string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if sb == "" {
+		delete(v.holds, id)
+	} else {
+		v.holds[id] = sb
+	}
+}
+
+// A volume a VM sandbox holds is its alone: its files, a create and a
+// cold start of another sandbox that mounts it are 409 naming the VM
+// (the other sandbox staying as it was); a VM's create is 409 while a
+// sandbox with an instance mounts the volume. Hibernated sandboxes hold
+// nothing.
+func TestVolumeHeldByAVMIsExclusive(t *testing.T) {
+	vm := &vmVolumes{holds: map[string]string{}}
+	e := newEnv(t, func(c *lifecycle.Config) {
+		vm.Runtime = fake.New(fake.NewHost())
+		c.Runtimes = append(c.Runtimes, vm)
+	})
+	e.host.FilesDir = t.TempDir()
+	if err := e.store.CreateTenant(ctx, torpor.Tenant{Name: "acme", CreatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	v, err := e.eng.CreateVolume(ctx, "acme", "data", 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mounts := []torpor.VolumeMount{{Name: "data", Path: "/data"}}
+	ctr := e.create(torpor.CreateRequest{VolumeMounts: mounts})
+	vmReq := torpor.CreateRequest{Template: "base", Runtime: torpor.RuntimeConfig{Kind: "vmish"}, VolumeMounts: mounts}
+	conflict := func(err error, naming string) {
+		t.Helper()
+		e := torpor.AsError(err)
+		if e.Code != torpor.EConflict || e.Reason != "volume_in_use" || !strings.Contains(e.Message, naming) {
+			t.Fatalf("got %v, want a volume_in_use conflict naming %s", err, naming)
+		}
+	}
+	_, err = e.eng.Create(ctx, "acme", vmReq)
+	conflict(err, ctr.ID)
+	if _, err := e.eng.Hibernate(ctx, "acme", ctr.ID); err != nil {
+		t.Fatal(err)
+	}
+	vmsb, err := e.eng.Create(ctx, "acme", vmReq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vm.hold(v.ID, vmsb.ID)
+	_, err = e.eng.VolumeFS(ctx, "acme", "data")
+	conflict(err, vmsb.ID)
+	_, err = e.eng.Create(ctx, "acme", torpor.CreateRequest{Template: "base", VolumeMounts: mounts})
+	conflict(err, vmsb.ID)
+	_, err = e.eng.Start(ctx, "acme", ctr.ID)
+	conflict(err, vmsb.ID)
+	if s := e.get(ctr.ID).State; s != torpor.StateHibernated {
+		t.Fatalf("the refused start left the sandbox %s", s)
+	}
+	if g, err := e.eng.GetVolume(ctx, "acme", "data"); err != nil || g.UsedBytes != nil || len(g.MountedBy) != 2 {
+		t.Fatalf("GetVolume while held: %+v %v", g, err)
+	}
+	vm.hold(v.ID, "")
+	fsys, err := e.eng.VolumeFS(ctx, "acme", "data")
+	if err != nil {
+		t.Fatalf("the files once the VM let go: %v", err)
+	}
+	fsys.Close()
 }

@@ -5,7 +5,7 @@ import { test, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { existsSync } from 'node:fs'
 import { execFileSync } from 'node:child_process'
-import { Sandbox, CommandExitError, NotFoundError, FilesystemEventType, Secret, SecretError, SecretNotFoundError } from 'e2b'
+import { Sandbox, CommandExitError, NotFoundError, FilesystemEventType, Secret, SecretError, SecretNotFoundError, Volume, VolumePathNotFoundError } from 'e2b'
 
 const T = { timeout: 180_000 }
 const made = []
@@ -319,4 +319,47 @@ test('volumeMounts: a native volume mounted through the SDK in two sandboxes; it
   assert.equal((await kept.commands.run('cat /again/out.txt')).stdout, 'from-sdk\n')
   await kept.kill()
   cli('volumes', 'rm', 'sdk-data')
+})
+
+test('volumes: the Volume class on torpor\'s tenant volumes, its files by token, mounted by a sandbox', T, async () => {
+  // The SDK sends a volume's file calls to E2B_VOLUME_API_URL: torpor's
+  // API, as E2B_API_URL (docs/e2b.md).
+  process.env.E2B_VOLUME_API_URL ||= process.env.E2B_API_URL
+  const cli = (args) => execFileSync(process.env.TORPOR_BIN, args, { encoding: 'utf8', stdio: 'pipe' })
+  const name = `sdk-vol-${Date.now()}`
+  const vol = await Volume.create(name)
+  assert.match(vol.volumeId, /^vol_/)
+  assert.equal(vol.name, name)
+  assert.ok((await Volume.list()).some((v) => v.volumeId === vol.volumeId && v.name === name))
+  assert.equal((await Volume.getInfo(vol.volumeId)).name, name)
+
+  const w = await vol.writeFile('/in/seed.txt', 'seeded by the SDK', { mode: 0o600 })
+  assert.equal(w.type, 'file')
+  assert.equal(w.size, 17)
+  assert.equal(w.mode, 0o600)
+  const again = await Volume.connect(vol.volumeId)
+  assert.equal(await again.readFile('/in/seed.txt'), 'seeded by the SDK')
+  // Writable by the sandbox's user.
+  const dir = await vol.makeDir('/out', { mode: 0o777 })
+  assert.equal(dir.type, 'directory')
+  assert.equal(dir.mode, 0o777)
+  assert.deepEqual((await vol.list('/')).map((e) => e.name).sort(), ['in', 'out'])
+  assert.equal(await vol.exists('/in/seed.txt'), true)
+  assert.equal(await vol.exists('/nope'), false)
+  await assert.rejects(vol.readFile('/nope'), VolumePathNotFoundError)
+  // Readable by the sandbox's user (E2B's commands run as "user").
+  assert.equal((await vol.updateMetadata('/in/seed.txt', { mode: 0o644 })).mode, 0o644)
+
+  // The native CLI sees it; a sandbox mounts it and writes a result.
+  assert.equal(JSON.parse(cli(['volumes', 'get', name, '--json'])).id, vol.volumeId)
+  const sbx = await create({ volumeMounts: { '/mnt/data': name } })
+  assert.equal((await sbx.commands.run('cat /mnt/data/in/seed.txt && echo done > /mnt/data/out/r.txt')).stdout, 'seeded by the SDK')
+  assert.equal(await vol.readFile('/out/r.txt'), 'done\n')
+  await assert.rejects(Volume.destroy(vol.volumeId))
+  await sbx.kill()
+
+  await vol.remove('/out')
+  assert.equal(await vol.exists('/out'), false)
+  assert.equal(await Volume.destroy(vol.volumeId), true)
+  assert.equal(await Volume.destroy(vol.volumeId), false)
 })

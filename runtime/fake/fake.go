@@ -17,10 +17,12 @@ import (
 
 // Host holds the instances and disks; it plays the role of the machine.
 type Host struct {
-	mu        sync.Mutex
-	instances map[string]*instance
-	disks     map[string]bool
-	fail      map[string]error
+	mu sync.Mutex
+	// volumeHolder is set by SetVolumeHolder (volumes.go).
+	volumeHolder func(id string) (string, bool)
+	instances    map[string]*instance
+	disks        map[string]bool
+	fail         map[string]error
 	// ExecFunc answers Exec; nil answers exit code 0 with no output.
 	ExecFunc func(ctx context.Context, id string, req torpor.ExecRequest) (torpor.ExecResult, error)
 	// DialFunc answers DialContext; nil refuses every connection.

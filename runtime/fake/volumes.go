@@ -11,7 +11,30 @@ import (
 	"github.com/torpor-dev/torpor"
 )
 
-var _ torpor.VolumeHost = (*Runtime)(nil)
+var (
+	_ torpor.VolumeHost    = (*Runtime)(nil)
+	_ torpor.VolumeDevices = (*Runtime)(nil)
+)
+
+// SetVolumeHolder records who holds volumes as VM drives: VolumeDir of
+// a held volume is then a conflict, as on a real host.
+func (r *Runtime) SetVolumeHolder(holder func(id string) (string, bool)) {
+	r.h.mu.Lock()
+	defer r.h.mu.Unlock()
+	r.h.volumeHolder = holder
+}
+
+// TakeVolume returns the volume's directory as its "image".
+func (r *Runtime) TakeVolume(ctx context.Context, id string) (string, error) {
+	dir, err := r.volumeDir(id)
+	if err != nil {
+		return "", err
+	}
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		return "", torpor.Errorf(torpor.ENotFound, "the data of volume %s is not on this node", id)
+	}
+	return dir, nil
+}
 
 // The fake keeps a volume as the directory FilesDir/.volumes/<id>, of no
 // fixed size, and its size beside it; without a FilesDir it keeps none.
@@ -34,20 +57,44 @@ func (r *Runtime) MakeVolume(ctx context.Context, id string, sizeMiB int64) erro
 	}
 	r.h.mu.Lock()
 	defer r.h.mu.Unlock()
-	if err := r.h.takeFail("make_volume"); err != nil {
-		return err
-	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("fake: %w", err)
 	}
-	return nil
+	// A failure leaves the directory made, as a real make cut short
+	// leaves a part-made image.
+	return r.h.takeFail("make_volume")
 }
 
-// VolumeDir returns the volume's directory; not_found when it has none.
+// VolumeIDs lists the volumes' directories.
+func (r *Runtime) VolumeIDs(ctx context.Context) ([]string, error) {
+	if r.h.FilesDir == "" {
+		return nil, nil
+	}
+	ents, err := os.ReadDir(filepath.Join(r.h.FilesDir, ".volumes"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	var ids []string
+	for _, ent := range ents {
+		ids = append(ids, ent.Name())
+	}
+	return ids, err
+}
+
+// VolumeDir returns the volume's directory; not_found when it has none,
+// a conflict while a VM holds it.
 func (r *Runtime) VolumeDir(ctx context.Context, id string) (string, error) {
 	dir, err := r.volumeDir(id)
 	if err != nil {
 		return "", err
+	}
+	r.h.mu.Lock()
+	holder := r.h.volumeHolder
+	r.h.mu.Unlock()
+	if holder != nil {
+		if sb, held := holder(id); held {
+			return "", torpor.VolumeHeld(id, sb)
+		}
 	}
 	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
 		return "", torpor.Errorf(torpor.ENotFound, "the data of volume %s is not on this node", id)

@@ -34,6 +34,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync/atomic"
 
 	"github.com/torpor-dev/torpor"
 	"github.com/torpor-dev/torpor/initproc"
@@ -123,7 +124,11 @@ type Runtime struct {
 	// volumes serialises the changes to each volume (volumes.go), and
 	// noDisks says why the host cannot make disks of a fixed size.
 	volumes keyedmutex.Mutex
-	noDisks string
+	// volumeHolder, when set (SetVolumeHolder), answers the VM sandbox
+	// that holds a volume as its block device: such a volume is not
+	// mounted on the host.
+	volumeHolder atomic.Pointer[func(id string) (string, bool)]
+	noDisks      string
 	// spares are disks made ahead of the boots that take them (spare.go).
 	spares spareSet
 }
@@ -205,7 +210,6 @@ func New(cfg Config) (*Runtime, error) {
 	} else {
 		r.mkfs = mkfs
 		removeStaleSpares(filepath.Join(dir, "disks"))
-		r.remountVolumes()
 	}
 	r.code = instances.CodeServer{Who: Kind, CheckRef: checkRef, Conn: r.codeConn, Runtime: r}
 	r.ProcessClient = initproc.ProcessClient{Send: r.code.Send, Who: Kind}

@@ -25,7 +25,56 @@ import (
 // several sandboxes' binds of one volume are one file system with one
 // page cache.
 
-var _ torpor.VolumeHost = (*Runtime)(nil)
+var (
+	_ torpor.VolumeHost    = (*Runtime)(nil)
+	_ torpor.VolumeDevices = (*Runtime)(nil)
+)
+
+// SetVolumeHolder tells the runtime who holds volumes as VM drives.
+func (r *Runtime) SetVolumeHolder(holder func(id string) (string, bool)) {
+	r.volumeHolder.Store(&holder)
+}
+
+// heldBy answers the VM sandbox that holds volume id, if one does.
+func (r *Runtime) heldBy(id string) (string, bool) {
+	if h := r.volumeHolder.Load(); h != nil {
+		return (*h)(id)
+	}
+	return "", false
+}
+
+// TakeVolume unmounts the volume from the host and returns its image,
+// for a VM's drive (the caller holds it from then on: heldBy). A host
+// mount still in use (a container sandbox's bind, an open files call)
+// keeps the loop device bound after the unmount: the volume is then
+// mounted again and the answer is a conflict.
+func (r *Runtime) TakeVolume(ctx context.Context, id string) (string, error) {
+	if err := checkVolumeID(id); err != nil {
+		return "", err
+	}
+	defer r.volumes.Lock(id)()
+	image := r.volumeImage(id)
+	if _, err := os.Lstat(image); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return "", torpor.Errorf(torpor.ENotFound, "the data of volume %s is not on this node", id)
+		}
+		return "", err
+	}
+	if err := unmountAll(r.volumeMount(id)); err != nil {
+		return "", err
+	}
+	if dev, err := boundLoop(image); err != nil || dev != nil {
+		if dev != nil {
+			dev.Close()
+		}
+		if merr := mountImage(image, r.volumeMount(id), false); merr != nil {
+			r.log.Warn("runc: mounting a volume again", "volume", id, "err", merr)
+		}
+		return "", &torpor.Error{Code: torpor.EConflict, Reason: "volume_in_use",
+			Message: fmt.Sprintf("volume %s is in use on the host (a container sandbox mounts it, or a files call is open): a VM can mount a volume only while nothing else does", id)}
+	}
+	return image, nil
+}
 
 const (
 	volumeImageName = "volume.img"
@@ -88,8 +137,12 @@ func (r *Runtime) VolumeDir(ctx context.Context, id string) (string, error) {
 	return r.mountVolume(id)
 }
 
-// mountVolume is VolumeDir with the volume's lock held.
+// mountVolume is VolumeDir with the volume's lock held. A volume a VM
+// holds is not mounted (a conflict naming the VM).
 func (r *Runtime) mountVolume(id string) (string, error) {
+	if sb, held := r.heldBy(id); held {
+		return "", torpor.VolumeHeld(id, sb)
+	}
 	image := r.volumeImage(id)
 	if _, err := os.Lstat(image); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
@@ -138,15 +191,35 @@ func (r *Runtime) GrowVolume(ctx context.Context, id string, sizeMiB int64) erro
 	if size < fi.Size() {
 		return torpor.Invalid("size_mib", "a volume cannot shrink (it is %d MiB)", fi.Size()>>20)
 	}
+	old := fi.Size()
 	if err := os.Truncate(image, size); err != nil {
 		return err
 	}
 	err = r.growOnline(ctx, id)
-	if !errors.Is(err, errNoOnlineResize) {
-		return err
+	if errors.Is(err, errNoOnlineResize) {
+		err = r.growOffline(ctx, id)
 	}
-	return r.growOffline(ctx, id)
+	var ng notGrown
+	if errors.As(err, &ng) {
+		// The file system was not touched (resize2fs never ran on it):
+		// it ends where it did, so the image goes back to its old size,
+		// losing nothing, and the volume is as it was before the call.
+		if terr := os.Truncate(image, old); terr != nil {
+			r.log.Warn("runc: a volume whose grow was refused keeps its larger image", "volume", id, "err", terr)
+		} else if dev, _ := boundLoop(image); dev != nil {
+			_ = unix.IoctlSetInt(int(dev.Fd()), unix.LOOP_SET_CAPACITY, 0)
+			dev.Close()
+		}
+		return ng.error
+	}
+	return err
 }
+
+// notGrown is a grow's failure that left the file system as it was
+// (resize2fs did not run on it), so that its image may shrink back.
+type notGrown struct{ error }
+
+func (e notGrown) Unwrap() error { return e.error }
 
 // errNoOnlineResize: the kernel refused to grow a mounted ext4 (the
 // daemon lacks CAP_SYS_RESOURCE, as in some containers).
@@ -181,7 +254,7 @@ func (r *Runtime) growOnline(ctx context.Context, id string) error {
 	}
 	defer dev.Close()
 	if err := unix.IoctlSetInt(int(dev.Fd()), unix.LOOP_SET_CAPACITY, 0); err != nil {
-		return fmt.Errorf("grow volume %s: LOOP_SET_CAPACITY: %w", id, err)
+		return notGrown{fmt.Errorf("grow volume %s: LOOP_SET_CAPACITY: %w", id, err)}
 	}
 	resize, err := r.e2prog("resize2fs")
 	if err != nil {
@@ -209,8 +282,8 @@ func (r *Runtime) growOffline(ctx context.Context, id string) error {
 		if dev != nil {
 			dev.Close()
 		}
-		return &torpor.Error{Code: torpor.EConflict, Reason: "in_use",
-			Message: "this server cannot grow a volume that a running or paused sandbox mounts (the daemon lacks CAP_SYS_RESOURCE): hibernate those sandboxes, resize, and start them again"}
+		return notGrown{&torpor.Error{Code: torpor.EConflict, Reason: "in_use",
+			Message: "this server cannot grow a volume that a running or paused sandbox mounts (the daemon lacks CAP_SYS_RESOURCE): hibernate those sandboxes, resize, and start them again"}}
 	}
 	fsck, err := r.e2prog("e2fsck")
 	if err != nil {
@@ -263,21 +336,29 @@ func (r *Runtime) RemoveVolume(ctx context.Context, id string) error {
 	return os.RemoveAll(r.volumeDir(id))
 }
 
-// remountVolumes mounts every volume of the runtime's directory that is
-// not mounted (after a host reboot, or a daemon restart with its mounts
-// gone), so that their files and usage are there at once; a volume that
-// does not mount is logged and tried again when it is next needed.
-func (r *Runtime) remountVolumes() {
-	images, _ := filepath.Glob(filepath.Join(r.dir, "volumes", "*", volumeImageName))
-	for _, img := range images {
-		id := filepath.Base(filepath.Dir(img))
-		if checkVolumeID(id) != nil || strings.HasSuffix(id, ".tmp") {
-			continue
-		}
-		if _, err := r.VolumeDir(context.Background(), id); err != nil {
-			r.log.Warn("runc: mounting a volume", "volume", id, "err", err)
+// VolumeIDs lists the volumes whose images are in the runtime's
+// directory. The engine, at its start, removes those no record names
+// (a delete or create cut short) and mounts the others again
+// (lifecycle's sweepVolumes): the runtime alone does not know which
+// images are a volume's, so it mounts none by itself.
+func (r *Runtime) VolumeIDs(ctx context.Context) ([]string, error) {
+	if r.mkfs == "" {
+		return nil, nil
+	}
+	ents, err := os.ReadDir(filepath.Join(r.dir, "volumes"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, ent := range ents {
+		if id := ent.Name(); ent.IsDir() && checkVolumeID(id) == nil && !strings.HasSuffix(id, ".tmp") {
+			ids = append(ids, id)
 		}
 	}
+	return ids, nil
 }
 
 // volumeBinds mounts the volumes a boot asks for and returns their

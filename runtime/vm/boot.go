@@ -70,6 +70,14 @@ func (r *Runtime) bootInstance(ctx context.Context, spec torpor.BootSpec) (insta
 		return instance{}, err
 	}
 	m := r.machineFor(id, spec.Resources, initrd)
+	// Held from here (VolumeHolder), so that the host mounts none of
+	// them between the take and QEMU's start.
+	r.setBooting(id, true)
+	defer r.setBooting(id, false)
+	var vols []proto.Volume
+	if m.Volumes, vols, err = r.takeVolumes(ctx, spec.Volumes); err != nil {
+		return instance{}, err
+	}
 	if r.net != nil {
 		// Not QEMU's user-mode network: it would let the guest reach the
 		// host's loopback services. A tap in a namespace of the
@@ -98,6 +106,7 @@ func (r *Runtime) bootInstance(ctx context.Context, spec torpor.BootSpec) (insta
 		Entrypoint: spec.Entrypoint,
 		PidsMax:    spec.Resources.Pids,
 		Now:        time.Now().UTC(),
+		Volumes:    vols,
 	}
 	if spec.AllowInternet {
 		start.ResolvConf = r.resolvConf

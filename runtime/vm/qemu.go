@@ -47,6 +47,9 @@ type machine struct {
 	// Net puts the guest on the sandbox network: a virtio-net card on
 	// the tap in the sandbox's namespace, where QEMU runs.
 	Net *machineNet `json:"net,omitempty"`
+	// Volumes are the tenant's volumes attached as virtio disks
+	// (volumes.go), after every other device.
+	Volumes []machineVolume `json:"volumes,omitempty"`
 }
 
 // cmdline is the guest kernel's command line.
@@ -98,6 +101,7 @@ func (m machine) args(incoming bool) []string {
 		a = append(a, "-netdev", "tap,id=net,ifname="+m.Net.Tap+",script=no,downscript=no",
 			"-device", "virtio-net-device,netdev=net,mac="+m.Net.MAC)
 	}
+	a = append(a, m.volumeArgs()...)
 	if incoming {
 		a = append(a, "-incoming", "defer")
 	}

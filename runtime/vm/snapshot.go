@@ -302,6 +302,11 @@ func (r *Runtime) Restore(ctx context.Context, ref torpor.InstanceRef) (string, 
 		}
 	}
 	r.removeFiles(id, "result.json")
+	r.setBooting(id, true)
+	defer r.setBooting(id, false)
+	if err := r.retakeVolumes(ctx, m); err != nil {
+		return "", err
+	}
 	if err := r.reattach(ctx, id, m); err != nil {
 		return "", err
 	}

@@ -148,6 +148,13 @@ type Runtime struct {
 	started func(id string, attempt int)
 	// hostState is Host, worked out once.
 	hostState
+
+	// volMu guards volDevs (the volume host, UseVolumeDevices) and
+	// booting (the sandboxes booting or restoring, whose volumes are
+	// held before their QEMU runs): volumes.go.
+	volMu   sync.Mutex
+	volDevs torpor.VolumeDevices
+	booting map[string]bool
 }
 
 // Info describes what the runtime runs on.

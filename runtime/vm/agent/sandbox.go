@@ -99,6 +99,9 @@ func (s *sandbox) start(ctx context.Context, req proto.Start) (*proto.StartResul
 			fmt.Fprintf(os.Stderr, "torpor-agent: /etc/resolv.conf: %v\n", err)
 		}
 	}
+	if err := mountVolumes(req.Volumes); err != nil {
+		return nil, fmt.Errorf("volumes: %w", err)
+	}
 	if req.MemoryMax > 0 {
 		if err := os.WriteFile(sandboxCgroup+"/memory.max", []byte(strconv.FormatInt(req.MemoryMax, 10)), 0o644); err != nil {
 			return nil, fmt.Errorf("memory limit: %w", err)

@@ -222,6 +222,17 @@ type Start struct {
 	// (on its disk, before the setup commands run); empty leaves the
 	// file as it is.
 	ResolvConf string `json:"resolv_conf,omitempty"`
+	// Volumes are mounted, in order, before the setup commands run.
+	Volumes []Volume `json:"volumes,omitempty"`
+}
+
+// Volume is a tenant's volume on a virtio disk of the guest: the disk
+// whose serial is Serial holds an ext4 file system whose directory data/
+// is mounted at Path, read-only with ReadOnly.
+type Volume struct {
+	Serial   string `json:"serial"`
+	Path     string `json:"path"`
+	ReadOnly bool   `json:"read_only,omitempty"`
 }
 
 // StartResult answers OpStart: Failed is set when a setup command failed
