@@ -36,6 +36,9 @@ var validRequests = map[string]routeRequest{
 	"POST /v1/sandboxes/{id}/resume":                 {on: "paused"},
 	"POST /v1/sandboxes/{id}/connect":                {on: "paused"},
 	"POST /v1/sandboxes/{id}/archive":                {on: "hibernated"},
+	"POST /v1/sandboxes/{id}/checkpoints":            {ctype: jsonType, body: `{"name":"cp-new"}`},
+	"POST /v1/sandboxes/{id}/fork":                   {ctype: jsonType, body: `{"count":1}`},
+	"POST /v1/sandboxes/{id}/restore":                {ctype: jsonType, body: `{"checkpoint":"` + checkpointNameA + `"}`},
 	"POST /v1/sandboxes/{id}/exec":                   {ctype: jsonType, body: `{"cmd":["true"]}`},
 	"POST /v1/sandboxes/{id}/code":                   {ctype: jsonType, body: `{"language":"python","code":"print 1"}`},
 	"POST /v1/sandboxes/{id}/processes":              {ctype: jsonType, body: `{"cmd":["cat"]}`},
@@ -126,6 +129,7 @@ var placeholders = map[string]string{
 	"processes/{pid}":    "process",
 	"webhooks/{id}":      "webhook",
 	"wakeups/{wakeup}":   "wakeup",
+	"checkpoints/{name}": "checkpoint",
 	"secrets/{name}":     "secret",
 	"secrets/{secretID}": "secret",
 	"volumes/{name}":     "volume",
@@ -240,7 +244,7 @@ func everyRouteRefusesAnotherTenant(t *testing.T, byCookie bool) {
 		method, pattern := splitRoute(rt)
 		req := validRequests[rt]
 		for _, sb := range sandboxes {
-			vals := map[string]string{"sandbox": sb.id, "process": strconv.Itoa(a.pid), "webhook": a.webhook.ID, "template": "base", "tenant": tenantA, "node": "node-a", "secret": secretNameA, "wakeup": a.wakeup, "volume": volumeNameA}
+			vals := map[string]string{"sandbox": sb.id, "process": strconv.Itoa(a.pid), "webhook": a.webhook.ID, "template": "base", "tenant": tenantA, "node": "node-a", "secret": secretNameA, "wakeup": a.wakeup, "volume": volumeNameA, "checkpoint": checkpointNameA}
 			path, kinds, err := fillPattern(pattern, vals)
 			if err != nil {
 				t.Fatalf("%s: %v", rt, err)
@@ -345,7 +349,7 @@ func everyRouteRefusesAnotherTenant(t *testing.T, byCookie bool) {
 			}
 			pristine = nil
 		}
-		path, _, _ := fillPattern(pattern, map[string]string{"sandbox": id, "process": strconv.Itoa(own.pid), "webhook": own.webhook.ID, "template": "base", "tenant": tenantA, "node": "node-a", "secret": secretNameA, "wakeup": own.wakeup, "volume": volumeNameA})
+		path, _, _ := fillPattern(pattern, map[string]string{"sandbox": id, "process": strconv.Itoa(own.pid), "webhook": own.webhook.ID, "template": "base", "tenant": tenantA, "node": "node-a", "secret": secretNameA, "wakeup": own.wakeup, "volume": volumeNameA, "checkpoint": checkpointNameA})
 		if req.query != "" {
 			path += "?" + req.query
 		}
