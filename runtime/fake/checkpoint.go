@@ -39,6 +39,13 @@ func (h *Host) checkpointDir(id, name string) string {
 	return filepath.Join(h.FilesDir, ".checkpoints", id, name)
 }
 
+func checkName(name string) error {
+	if !torpor.ValidCheckpointName(name) {
+		return torpor.Invalid("name", "invalid checkpoint name %q", name)
+	}
+	return nil
+}
+
 func copyTree(src, dst string) error {
 	if err := os.RemoveAll(dst); err != nil {
 		return err
@@ -56,6 +63,9 @@ func copyTree(src, dst string) error {
 func (r *Runtime) Checkpoint(ctx context.Context, ref torpor.InstanceRef, name string) (torpor.CheckpointInfo, error) {
 	id := ref.SandboxID
 	if err := checkID(id); err != nil {
+		return torpor.CheckpointInfo{}, err
+	}
+	if err := checkName(name); err != nil {
 		return torpor.CheckpointInfo{}, err
 	}
 	r.h.mu.Lock()
@@ -80,6 +90,9 @@ func (r *Runtime) Checkpoint(ctx context.Context, ref torpor.InstanceRef, name s
 func (r *Runtime) RestoreCheckpoint(ctx context.Context, ref torpor.InstanceRef, name string) error {
 	id := ref.SandboxID
 	if err := checkID(id); err != nil {
+		return err
+	}
+	if err := checkName(name); err != nil {
 		return err
 	}
 	r.h.mu.Lock()
@@ -108,6 +121,9 @@ func (r *Runtime) CloneCheckpoint(ctx context.Context, srcID, name, dstID string
 		return err
 	}
 	if err := checkID(dstID); err != nil {
+		return err
+	}
+	if err := checkName(name); err != nil {
 		return err
 	}
 	r.h.mu.Lock()
