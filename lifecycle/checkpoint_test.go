@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/torpor-dev/torpor"
+	"github.com/torpor-dev/torpor/lifecycle"
 	"github.com/torpor-dev/torpor/runtime/fake"
 )
 
@@ -238,4 +239,30 @@ func TestCheckpointForkRestore(t *testing.T) {
 		t.Fatal("a deleted sandbox's checkpoint is kept")
 	}
 	e.checkpointsHeld()
+}
+
+// plainRuntime is the fake runtime without its optional capabilities, as
+// a runtime without checkpoints (the microVM one, for now) is.
+type plainRuntime struct{ torpor.Runtime }
+
+// TestCheckpointRefusedWithoutCheckpointer: a runtime without
+// torpor.Checkpointer refuses checkpoints, forks and restores with a 400
+// that names the runtime, and changes nothing.
+func TestCheckpointRefusedWithoutCheckpointer(t *testing.T) {
+	e := newEnv(t, func(c *lifecycle.Config) {
+		c.Runtimes = []torpor.Runtime{plainRuntime{c.Runtimes[0]}}
+	})
+	id := newRunning(e)
+	if _, err := e.eng.CreateCheckpoint(ctx, "acme", id, "cp"); !torpor.IsCode(err, torpor.EInvalid) {
+		t.Fatalf("checkpoint: %v, want invalid", err)
+	}
+	if _, err := e.eng.Fork(ctx, "acme", id, torpor.ForkRequest{Count: 1}); !torpor.IsCode(err, torpor.EInvalid) {
+		t.Fatalf("fork: %v, want invalid", err)
+	}
+	if _, err := e.eng.Restore(ctx, "acme", id, "cp"); !torpor.IsCode(err, torpor.EInvalid) {
+		t.Fatalf("restore: %v, want invalid", err)
+	}
+	if len(e.ids()) != 1 || e.get(id).State != torpor.StateRunning {
+		t.Fatal("a refused call changed something")
+	}
 }
