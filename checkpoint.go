@@ -88,6 +88,12 @@ type Checkpointer interface {
 type ForkRequest struct {
 	Count      int    `json:"count"`
 	Checkpoint string `json:"checkpoint,omitempty"`
+	// Metadata and Env, merged over the parent's, and Policy, applied
+	// over it, are what a create from a snapshot (E2B's) asks of its
+	// fork; not part of the native API.
+	Metadata map[string]string `json:"-"`
+	Env      map[string]string `json:"-"`
+	Policy   *PolicyRequest    `json:"-"`
 }
 
 // Validate checks a fork request.

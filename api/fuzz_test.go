@@ -106,7 +106,7 @@ var fuzzTypes = []string{"", "", "application/json; charset=utf-8", "text/plain"
 // the raw query and the body as they are.
 func (w *fuzzWorld) fuzzRequest(rt string, who, caller, ctype uint8, seg, query string, body []byte) (req *http.Request, sandbox string, err error) {
 	method, pattern := splitRoute(rt)
-	vals := map[string]string{"sandbox": w.a.running.ID, "process": strconv.Itoa(w.a.pid), "webhook": w.a.webhook.ID, "template": "base", "tenant": tenantA, "node": "node-a", "secret": secretNameA, "volume": volumeNameA, "checkpoint": checkpointNameA}
+	vals := map[string]string{"sandbox": w.a.running.ID, "process": strconv.Itoa(w.a.pid), "webhook": w.a.webhook.ID, "template": "base", "tenant": tenantA, "node": "node-a", "secret": secretNameA, "volume": volumeNameA, "checkpoint": checkpointNameA, "snapshot": snapshotA(w.a.running.ID)}
 	switch who % 4 {
 	case 1:
 		vals["sandbox"] = w.a.paused.ID
@@ -513,6 +513,12 @@ var hostileCheckpoints = []struct{ route, body string }{
 	{"POST /v1/sandboxes/{id}/restore", `{"checkpoint":"../../x"}`},
 	{"POST /v1/sandboxes/{id}/restore", `{}`},
 	{"POST /v1/sandboxes/{id}/restore", `{"checkpoint":"nope"}`},
+	// E2B's snapshots (e2b/snapshots.go).
+	{"POST /sandboxes/{id}/snapshots", `{"name":"../x"}`},
+	{"POST /sandboxes/{id}/snapshots", `{"name":7}`},
+	{"POST /sandboxes", `{"templateID":"snap-nosuchsandbox-cp"}`},
+	{"POST /sandboxes", `{"templateID":"snap--"}`},
+	{"POST /sandboxes", `{"templateID":"snap-a-../../x"}`},
 }
 
 // hostileValues are what bodyVariants puts in place of a field's value,

@@ -77,6 +77,7 @@ var validRequests = map[string]routeRequest{
 	"POST /v2/sandboxes/{id}/connect": {ctype: jsonType, body: `{"timeout":60}`},
 	"POST /sandboxes/{id}/timeout":    {ctype: jsonType, body: `{"timeout":60}`},
 	"POST /sandboxes/{id}/refreshes":  {ctype: jsonType, body: `{"duration":60}`},
+	"POST /sandboxes/{id}/snapshots":  {ctype: jsonType, body: `{"name":"e2b-snap"}`},
 	"POST /secrets":                   {ctype: jsonType, body: `{"name":"e2b-made","value":"bravo-or-alpha-value"}`},
 	"POST /secrets/{secretID}":        {ctype: jsonType, body: `{"value":"bravo-or-alpha-value"}`},
 	// The admin's routes, with bodies valid for the admin key.
@@ -125,19 +126,24 @@ var notTenantScoped = map[string]string{
 // shared one (a template) or A's tenant itself (an admin's route). A
 // route with a parameter not named here fails the matrix until it is.
 var placeholders = map[string]string{
-	"sandboxes/{id}":     "sandbox",
-	"processes/{pid}":    "process",
-	"webhooks/{id}":      "webhook",
-	"wakeups/{wakeup}":   "wakeup",
-	"checkpoints/{name}": "checkpoint",
-	"secrets/{name}":     "secret",
-	"secrets/{secretID}": "secret",
-	"volumes/{name}":     "volume",
-	"templates/{name}":   "template",
-	"pools/{template}":   "template",
-	"nodes/{name}":       "node",
-	"tenants/{name}":     "tenant",
+	"sandboxes/{id}":         "sandbox",
+	"processes/{pid}":        "process",
+	"webhooks/{id}":          "webhook",
+	"wakeups/{wakeup}":       "wakeup",
+	"checkpoints/{name}":     "checkpoint",
+	"templates/{templateID}": "snapshot",
+	"secrets/{name}":         "secret",
+	"secrets/{secretID}":     "secret",
+	"volumes/{name}":         "volume",
+	"templates/{name}":       "template",
+	"pools/{template}":       "template",
+	"nodes/{name}":           "node",
+	"tenants/{name}":         "tenant",
 }
+
+// snapshotA is the E2B snapshot id of the checkpoint of A's running
+// sandbox (e2b/snapshots.go).
+func snapshotA(running string) string { return "snap-" + running + "-" + checkpointNameA }
 
 // fillPattern substitutes the path parameters of pattern with vals (by
 // kind) and returns the path and the kinds it holds.
@@ -244,7 +250,7 @@ func everyRouteRefusesAnotherTenant(t *testing.T, byCookie bool) {
 		method, pattern := splitRoute(rt)
 		req := validRequests[rt]
 		for _, sb := range sandboxes {
-			vals := map[string]string{"sandbox": sb.id, "process": strconv.Itoa(a.pid), "webhook": a.webhook.ID, "template": "base", "tenant": tenantA, "node": "node-a", "secret": secretNameA, "wakeup": a.wakeup, "volume": volumeNameA, "checkpoint": checkpointNameA}
+			vals := map[string]string{"sandbox": sb.id, "process": strconv.Itoa(a.pid), "webhook": a.webhook.ID, "template": "base", "tenant": tenantA, "node": "node-a", "secret": secretNameA, "wakeup": a.wakeup, "volume": volumeNameA, "checkpoint": checkpointNameA, "snapshot": snapshotA(a.running.ID)}
 			path, kinds, err := fillPattern(pattern, vals)
 			if err != nil {
 				t.Fatalf("%s: %v", rt, err)
@@ -349,7 +355,7 @@ func everyRouteRefusesAnotherTenant(t *testing.T, byCookie bool) {
 			}
 			pristine = nil
 		}
-		path, _, _ := fillPattern(pattern, map[string]string{"sandbox": id, "process": strconv.Itoa(own.pid), "webhook": own.webhook.ID, "template": "base", "tenant": tenantA, "node": "node-a", "secret": secretNameA, "wakeup": own.wakeup, "volume": volumeNameA, "checkpoint": checkpointNameA})
+		path, _, _ := fillPattern(pattern, map[string]string{"sandbox": id, "process": strconv.Itoa(own.pid), "webhook": own.webhook.ID, "template": "base", "tenant": tenantA, "node": "node-a", "secret": secretNameA, "wakeup": own.wakeup, "volume": volumeNameA, "checkpoint": checkpointNameA, "snapshot": snapshotA(own.running.ID)})
 		if req.query != "" {
 			path += "?" + req.query
 		}

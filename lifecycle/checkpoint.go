@@ -325,7 +325,12 @@ func (e *Engine) Fork(ctx context.Context, tenant, id string, req torpor.ForkReq
 	// Every fork's capacity first: one that does not fit refuses them all.
 	kids := make([]*torpor.Sandbox, req.Count)
 	for i := range kids {
-		kids[i] = e.forkRecord(parent, req.Checkpoint)
+		kids[i] = e.forkRecord(parent, req)
+		if req.Policy != nil {
+			if err := applyPolicy(kids[i], *req.Policy, kids[i].CreatedAt); err != nil {
+				return nil, err
+			}
+		}
 	}
 	for i, k := range kids {
 		if err := e.reserve(ctx, k, torpor.StateStarting); err != nil {
@@ -387,7 +392,8 @@ func (e *Engine) Fork(ctx context.Context, tenant, id string, req torpor.ForkReq
 }
 
 // forkRecord returns a new sandbox record of parent's configuration.
-func (e *Engine) forkRecord(parent *torpor.Sandbox, checkpoint string) *torpor.Sandbox {
+func (e *Engine) forkRecord(parent *torpor.Sandbox, req torpor.ForkRequest) *torpor.Sandbox {
+	checkpoint := req.Checkpoint
 	now := e.now()
 	k := &torpor.Sandbox{
 		ID:               torpor.NewID("", 20),
@@ -423,6 +429,13 @@ func (e *Engine) forkRecord(parent *torpor.Sandbox, checkpoint string) *torpor.S
 	k.Runtime, k.Lifecycle, k.Hooks, k.Ports = c.Runtime, c.Lifecycle, c.Hooks, c.Ports
 	if k.Metadata == nil {
 		k.Metadata = map[string]string{}
+	}
+	maps.Copy(k.Metadata, req.Metadata)
+	if len(req.Env) > 0 {
+		if k.Env == nil {
+			k.Env = map[string]string{}
+		}
+		maps.Copy(k.Env, req.Env)
 	}
 	k.Metadata[torpor.MetaForkedFrom] = parent.ID
 	delete(k.Metadata, torpor.MetaForkedFromCheckpoint)
