@@ -116,14 +116,16 @@ func (r *Runtime) copyDisk(id, dst string) (method string, size int64, err error
 		}
 	}()
 	if _, serr := os.Lstat(r.diskImage(id)); serr == nil {
+		// cloneFile syncs the one file it writes.
 		method, err = cloneFile(r.diskImage(id), filepath.Join(tmp, diskImageName))
 	} else {
 		method, err = "copy", copyTree(r.sandboxPath(id, "upper"), filepath.Join(tmp, "upper"))
+		if err == nil {
+			// Its many files' contents last before the rename.
+			err = syncFS(tmp)
+		}
 	}
 	if err != nil {
-		return "", 0, err
-	}
-	if err := syncFS(tmp); err != nil {
 		return "", 0, err
 	}
 	if err := os.RemoveAll(dst); err != nil {
@@ -136,8 +138,8 @@ func (r *Runtime) copyDisk(id, dst string) (method string, size int64, err error
 	return method, treeBytes(dst), nil
 }
 
-// cloneFile copies src to the new file dst: a reflink where the file
-// system can make one, else its data segments.
+// cloneFile copies src to the new file dst, synced: a reflink where the
+// file system can make one, else its data segments.
 func cloneFile(src, dst string) (string, error) {
 	in, err := os.Open(src)
 	if err != nil {
@@ -159,6 +161,10 @@ func cloneFile(src, dst string) (string, error) {
 			out.Close()
 			return "", err
 		}
+	}
+	if err := out.Sync(); err != nil {
+		out.Close()
+		return "", err
 	}
 	return method, out.Close()
 }
@@ -247,6 +253,7 @@ func (r *Runtime) diskFromCheckpoint(src, name, dst string) error {
 			_ = os.Remove(tmp)
 			return err
 		}
+		r.cloned.Store(dst, true)
 		for _, d := range []string{"upper", "work"} {
 			if err := os.RemoveAll(r.sandboxPath(dst, d)); err != nil {
 				return err
