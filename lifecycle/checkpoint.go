@@ -241,6 +241,14 @@ func (e *Engine) Restore(ctx context.Context, tenant, id, name string) (*torpor.
 		if _, err := readyCheckpoint(sb, name); err != nil {
 			return err
 		}
+		if sb.State == torpor.StateRunning {
+			// Operations in flight end first, as for a restart.
+			end, err := e.drain(ctx, sb, "restore")
+			if err != nil {
+				return err
+			}
+			defer end()
+		}
 		return e.restoreCheckpoint(ctx, rt, cp, sb, name, CauseAPI)
 	})
 }
