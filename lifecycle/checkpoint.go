@@ -596,24 +596,36 @@ func (e *Engine) sweepCheckpoints(ctx context.Context) {
 			continue
 		}
 		for id, names := range held {
-			keep := map[string]bool{}
-			if sb, err := e.store.GetSandbox(ctx, id); err == nil && sb.State != torpor.StateTerminated {
-				for _, c := range sb.Checkpoints {
-					keep[c.Name] = true
-				}
-				if sb.Forking != nil && sb.Forking.TempCheckpoint != "" {
-					keep[sb.Forking.TempCheckpoint] = true
-				}
-			} else if err != nil && !torpor.IsCode(err, torpor.ENotFound) {
-				continue
-			}
-			for _, n := range names {
-				if !keep[n] {
-					e.log.Info("removing leftover checkpoint", "sandbox", id, "checkpoint", n)
-					if err := cp.DeleteCheckpoint(ctx, id, n); err != nil {
-						e.log.Error("removing leftover checkpoint", "sandbox", id, "checkpoint", n, "err", err)
-					}
-				}
+			e.sweepCheckpointsOf(ctx, cp, id, names)
+		}
+	}
+}
+
+// sweepCheckpointsOf removes the copies of sandbox id that its record does
+// not name, under its lock (a fleet node reconciles again after it
+// rejoins, while verbs run).
+func (e *Engine) sweepCheckpointsOf(ctx context.Context, cp torpor.Checkpointer, id string, names []string) {
+	unlock := e.locks.Lock(id)
+	defer unlock()
+	keep := map[string]bool{}
+	sb, err := e.store.GetSandbox(ctx, id)
+	switch {
+	case err == nil && sb.State != torpor.StateTerminated:
+		for _, c := range sb.Checkpoints {
+			keep[c.Name] = true
+		}
+		if sb.Forking != nil && sb.Forking.TempCheckpoint != "" {
+			keep[sb.Forking.TempCheckpoint] = true
+		}
+	case err != nil && !torpor.IsCode(err, torpor.ENotFound):
+		e.log.Error("reading a sandbox with checkpoints", "sandbox", id, "err", err)
+		return
+	}
+	for _, n := range names {
+		if !keep[n] {
+			e.log.Info("removing leftover checkpoint", "sandbox", id, "checkpoint", n)
+			if err := cp.DeleteCheckpoint(ctx, id, n); err != nil {
+				e.log.Error("removing leftover checkpoint", "sandbox", id, "checkpoint", n, "err", err)
 			}
 		}
 	}

@@ -266,3 +266,30 @@ func TestCheckpointRefusedWithoutCheckpointer(t *testing.T) {
 		t.Fatal("a refused call changed something")
 	}
 }
+
+// TestRestartSweepsLeftoverCheckpoints: after a restart, the copies no
+// record names (of a live sandbox, of a sandbox no longer stored) are
+// removed and those its record names are kept.
+func TestRestartSweepsLeftoverCheckpoints(t *testing.T) {
+	e := newEnv(t)
+	id := newCheckpointed(e)
+	rt := fake.New(e.host)
+	if _, err := rt.Checkpoint(ctx, torpor.InstanceRef{SandboxID: id}, "stray"); err != nil {
+		t.Fatal(err)
+	}
+	ghost := newRunning(e)
+	if _, err := rt.Checkpoint(ctx, torpor.InstanceRef{SandboxID: ghost}, "left"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.eng.Delete(ctx, "acme", ghost); err != nil {
+		t.Fatal(err)
+	}
+	e.restart()
+	if !e.host.HasCheckpoint(id, "cp1") {
+		t.Error("the recorded checkpoint was removed")
+	}
+	if e.host.HasCheckpoint(id, "stray") || e.host.HasCheckpoint(ghost, "left") {
+		t.Error("a leftover checkpoint copy was kept")
+	}
+	e.checkpointsHeld()
+}
