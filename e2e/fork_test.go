@@ -74,6 +74,18 @@ func TestCheckpointForkRestore(t *testing.T) {
 	}
 	d.ok("rm", forks[0])
 
+	// A paused parent too: it stays frozen.
+	d.ok("start", id)
+	d.ok("pause", id)
+	forks = strings.Fields(d.ok("fork", id))
+	if sb := d.get(id); len(forks) != 1 || sb.State != torpor.StatePaused {
+		t.Fatalf("fork of a paused parent: %v, the parent %s", forks, sb.State)
+	}
+	if got := d.ok("exec", forks[0], "--", "sh", "-c", see); got != "one\nb-here\nc-gone\n" {
+		t.Errorf("the fork of the paused parent sees:\n%s", got)
+	}
+	d.ok("rm", forks[0])
+
 	// A restore of a running sandbox boots it on the checkpoint's disk.
 	d.ok("start", id)
 	d.ok("exec", id, "--", "sh", "-c", "echo three > /data/c.txt")

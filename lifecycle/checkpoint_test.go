@@ -29,10 +29,13 @@ func doFork(e *env, id string) {
 }
 func doRestore(e *env, id string) { _, _ = e.eng.Restore(ctx, "acme", id, "cp1") }
 
-func forkPoints() []crashPoint {
+func forkPoints() []crashPoint { return forkPointsFrom(torpor.StateRunning) }
+
+// forkPointsFrom is the fork's points, its parent left in state from.
+func forkPointsFrom(from torpor.State) []crashPoint {
 	var out []crashPoint
 	for _, at := range forkFailpoints {
-		out = append(out, crashPoint{at, torpor.StateRunning})
+		out = append(out, crashPoint{at, from})
 	}
 	return out
 }

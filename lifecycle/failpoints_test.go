@@ -193,6 +193,7 @@ var crashPaths = []crashPath{
 		{"checkpoint-delete.after-store", torpor.StateRunning},
 	}},
 	{"fork", newRunning, doFork, forkPoints()},
+	{"fork hibernated", newHibernated, doFork, forkPointsFrom(torpor.StateHibernated)},
 	{"restore", newCheckpointed, doRestore, []crashPoint{
 		{"restoring-checkpoint.before-store", torpor.StateRunning},
 		{"restoring-checkpoint.after-store", torpor.StateRunning},
