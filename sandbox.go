@@ -187,6 +187,15 @@ type Sandbox struct {
 	// RestoredFromArchiveAt is when the sandbox was last restored from its
 	// archive (a start of an archived sandbox); nil if it never was.
 	RestoredFromArchiveAt *time.Time `json:"restored_from_archive_at,omitempty"`
+	// Checkpoints are the sandbox's named checkpoints (docs/fork.md).
+	Checkpoints []CheckpointInfo `json:"checkpoints,omitempty"`
+	// Forking is a fork of this sandbox under way (never shown); ForkOp,
+	// on a fork being made, names it (cleared once the fork stands).
+	Forking *ForkOp `json:"-"`
+	ForkOp  string  `json:"-"`
+	// RestoringCheckpoint names the checkpoint a restore is putting back
+	// (never shown): a reconcile finishes it.
+	RestoringCheckpoint string `json:"-"`
 	// Pool names the template of the warm pool a sandbox is a ready
 	// member of, owned by PoolTenant and shown to no one; empty for every
 	// sandbox a tenant owns, a claimed one included.
@@ -295,6 +304,14 @@ func (s *Sandbox) Clone() *Sandbox {
 	if s.RestoredFromArchiveAt != nil {
 		t := *s.RestoredFromArchiveAt
 		c.RestoredFromArchiveAt = &t
+	}
+	if s.Checkpoints != nil {
+		c.Checkpoints = append([]CheckpointInfo(nil), s.Checkpoints...)
+	}
+	if s.Forking != nil {
+		f := *s.Forking
+		f.Children = append([]string(nil), f.Children...)
+		c.Forking = &f
 	}
 	if s.Remote != nil {
 		r := *s.Remote

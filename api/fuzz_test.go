@@ -106,7 +106,7 @@ var fuzzTypes = []string{"", "", "application/json; charset=utf-8", "text/plain"
 // the raw query and the body as they are.
 func (w *fuzzWorld) fuzzRequest(rt string, who, caller, ctype uint8, seg, query string, body []byte) (req *http.Request, sandbox string, err error) {
 	method, pattern := splitRoute(rt)
-	vals := map[string]string{"sandbox": w.a.running.ID, "process": strconv.Itoa(w.a.pid), "webhook": w.a.webhook.ID, "template": "base", "tenant": tenantA, "node": "node-a", "secret": secretNameA, "volume": volumeNameA}
+	vals := map[string]string{"sandbox": w.a.running.ID, "process": strconv.Itoa(w.a.pid), "webhook": w.a.webhook.ID, "template": "base", "tenant": tenantA, "node": "node-a", "secret": secretNameA, "volume": volumeNameA, "checkpoint": checkpointNameA, "snapshot": snapshotA(w.a.running.ID)}
 	switch who % 4 {
 	case 1:
 		vals["sandbox"] = w.a.paused.ID
@@ -233,7 +233,7 @@ func FuzzAPIRequest(f *testing.F) {
 	segRoutes := []string{"GET /v1/sandboxes/{id}", "POST /v1/sandboxes/{id}/exec", "GET /v1/sandboxes/{id}/processes/{pid}/output",
 		"DELETE /v1/webhooks/{id}", "GET /v1/secrets/{name}", "PUT /v1/secrets/{name}", "DELETE /v1/secrets/{name}", "GET /v1/templates/{name}", "DELETE /v1/templates/{name}", "PATCH /v1/tenants/{name}",
 		"GET /sandboxes/{id}", "POST /sandboxes/{id}/timeout", "GET /v1/volumes/{name}", "PATCH /v1/volumes/{name}", "DELETE /v1/volumes/{name}",
-		"GET /v1/volumes/{name}/files"}
+		"GET /v1/volumes/{name}/files", "GET /v1/sandboxes/{id}/checkpoints/{name}", "DELETE /v1/sandboxes/{id}/checkpoints/{name}"}
 	for i, seg := range hostileSegments {
 		for _, rt := range []string{segRoutes[(2*i)%len(segRoutes)], segRoutes[(2*i+1)%len(segRoutes)]} {
 			caller := uint8(0)
@@ -247,6 +247,10 @@ func FuzzAPIRequest(f *testing.F) {
 	// The admin routes' hostile bodies, with the admin's key.
 	for _, c := range hostileAdmin {
 		f.Add(index(c.route), uint8(0), uint8(1), uint8(0), "", "", []byte(c.body))
+	}
+	// Checkpoints, fork and restore (docs/fork.md), with the tenant's key.
+	for _, c := range hostileCheckpoints {
+		f.Add(index(c.route), uint8(0), uint8(0), uint8(0), "", "", []byte(c.body))
 	}
 	// Uploads: tars that climb out, are cut short or are no tar, files
 	// with a NUL or a bad mode.
@@ -493,6 +497,32 @@ var hostileAdmin = []struct{ route, body string }{
 	{"PATCH /v1/tenants/{name}", `{"quota":null}`},
 	{"DELETE /v1/templates/{name}", `{"x":1}`},
 	{"DELETE /v1/templates/{name}", ``},
+}
+
+// hostileCheckpoints are bodies of the checkpoint, fork and restore
+// routes that must be refused with a 4xx and change nothing.
+var hostileCheckpoints = []struct{ route, body string }{
+	{"POST /v1/sandboxes/{id}/checkpoints", `{"name":"../../etc"}`},
+	{"POST /v1/sandboxes/{id}/checkpoints", `{"name":"a/b"}`},
+	{"POST /v1/sandboxes/{id}/checkpoints", `{"name":"x~tmp"}`},
+	{"POST /v1/sandboxes/{id}/checkpoints", `{"name":""}`},
+	{"POST /v1/sandboxes/{id}/checkpoints", `{"name":"` + strings.Repeat("a", 64) + `"}`},
+	{"POST /v1/sandboxes/{id}/checkpoints", `{"name":"-rf"}`},
+	{"POST /v1/sandboxes/{id}/fork", `{"count":0}`},
+	{"POST /v1/sandboxes/{id}/fork", `{"count":17}`},
+	{"POST /v1/sandboxes/{id}/fork", `{"count":-1}`},
+	{"POST /v1/sandboxes/{id}/fork", `{"count":1e9}`},
+	{"POST /v1/sandboxes/{id}/fork", `{"count":2,"checkpoint":"../x"}`},
+	{"POST /v1/sandboxes/{id}/fork", `{"count":2,"checkpoint":"nope"}`},
+	{"POST /v1/sandboxes/{id}/restore", `{"checkpoint":"../../x"}`},
+	{"POST /v1/sandboxes/{id}/restore", `{}`},
+	{"POST /v1/sandboxes/{id}/restore", `{"checkpoint":"nope"}`},
+	// E2B's snapshots (e2b/snapshots.go).
+	{"POST /sandboxes/{id}/snapshots", `{"name":"../x"}`},
+	{"POST /sandboxes/{id}/snapshots", `{"name":7}`},
+	{"POST /sandboxes", `{"templateID":"snap-nosuchsandbox-cp"}`},
+	{"POST /sandboxes", `{"templateID":"snap--"}`},
+	{"POST /sandboxes", `{"templateID":"snap-a-../../x"}`},
 }
 
 // hostileValues are what bodyVariants puts in place of a field's value,

@@ -272,8 +272,10 @@ const (
 	procA       = "alpha-process-secret"
 	fileAt      = "/root/alpha.txt"
 	// volumeNameA is A's volume, which holds fileA at volumeFileAt.
-	volumeNameA  = "alpha-vol"
-	volumeFileAt = "/alpha-data.txt"
+	volumeNameA = "alpha-vol"
+	// checkpointNameA names the checkpoint of A's running sandbox.
+	checkpointNameA = "cp-a"
+	volumeFileAt    = "/alpha-data.txt"
 )
 
 // seedA gives tenant A a running sandbox (with metadata, env, a file and
@@ -301,6 +303,12 @@ func seedA(t testing.TB, l *listener) objectsA {
 		t.Fatal(err)
 	}
 	a.running, a.wakeup = withWakeup, withWakeup.Wakeups[0].ID
+	if _, err := l.eng.CreateCheckpoint(ctx, tenantA, a.running.ID, checkpointNameA); err != nil {
+		t.Fatal(err)
+	}
+	if a.running, err = l.eng.Get(ctx, tenantA, a.running.ID); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := l.eng.Pause(ctx, tenantA, a.paused.ID, ""); err != nil {
 		t.Fatal(err)
 	}

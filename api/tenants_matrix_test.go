@@ -36,6 +36,9 @@ var validRequests = map[string]routeRequest{
 	"POST /v1/sandboxes/{id}/resume":                 {on: "paused"},
 	"POST /v1/sandboxes/{id}/connect":                {on: "paused"},
 	"POST /v1/sandboxes/{id}/archive":                {on: "hibernated"},
+	"POST /v1/sandboxes/{id}/checkpoints":            {ctype: jsonType, body: `{"name":"cp-new"}`},
+	"POST /v1/sandboxes/{id}/fork":                   {ctype: jsonType, body: `{"count":1}`},
+	"POST /v1/sandboxes/{id}/restore":                {ctype: jsonType, body: `{"checkpoint":"` + checkpointNameA + `"}`},
 	"POST /v1/sandboxes/{id}/exec":                   {ctype: jsonType, body: `{"cmd":["true"]}`},
 	"POST /v1/sandboxes/{id}/code":                   {ctype: jsonType, body: `{"language":"python","code":"print 1"}`},
 	"POST /v1/sandboxes/{id}/processes":              {ctype: jsonType, body: `{"cmd":["cat"]}`},
@@ -74,6 +77,7 @@ var validRequests = map[string]routeRequest{
 	"POST /v2/sandboxes/{id}/connect":       {ctype: jsonType, body: `{"timeout":60}`},
 	"POST /sandboxes/{id}/timeout":          {ctype: jsonType, body: `{"timeout":60}`},
 	"POST /sandboxes/{id}/refreshes":        {ctype: jsonType, body: `{"duration":60}`},
+	"POST /sandboxes/{id}/snapshots":        {ctype: jsonType, body: `{"name":"e2b-snap"}`},
 	"POST /secrets":                         {ctype: jsonType, body: `{"name":"e2b-made","value":"bravo-or-alpha-value"}`},
 	"POST /secrets/{secretID}":              {ctype: jsonType, body: `{"value":"bravo-or-alpha-value"}`},
 	"POST /volumes":                         {ctype: jsonType, body: `{"name":"e2b-made"}`},
@@ -130,13 +134,15 @@ var notTenantScoped = map[string]string{
 // shared one (a template) or A's tenant itself (an admin's route). A
 // route with a parameter not named here fails the matrix until it is.
 var placeholders = map[string]string{
-	"sandboxes/{id}":     "sandbox",
-	"processes/{pid}":    "process",
-	"webhooks/{id}":      "webhook",
-	"wakeups/{wakeup}":   "wakeup",
-	"secrets/{name}":     "secret",
-	"secrets/{secretID}": "secret",
-	"volumes/{name}":     "volume",
+	"sandboxes/{id}":         "sandbox",
+	"processes/{pid}":        "process",
+	"webhooks/{id}":          "webhook",
+	"wakeups/{wakeup}":       "wakeup",
+	"checkpoints/{name}":     "checkpoint",
+	"templates/{templateID}": "snapshot",
+	"secrets/{name}":         "secret",
+	"secrets/{secretID}":     "secret",
+	"volumes/{name}":         "volume",
 	// E2B's volume routes take the volume's name as well as its id.
 	"volumes/{volumeID}":       "volume",
 	"volumecontent/{volumeID}": "volume",
@@ -145,6 +151,10 @@ var placeholders = map[string]string{
 	"nodes/{name}":             "node",
 	"tenants/{name}":           "tenant",
 }
+
+// snapshotA is the E2B snapshot id of the checkpoint of A's running
+// sandbox (e2b/snapshots.go).
+func snapshotA(running string) string { return "snap-" + running + "-" + checkpointNameA }
 
 // fillPattern substitutes the path parameters of pattern with vals (by
 // kind) and returns the path and the kinds it holds.
@@ -251,7 +261,7 @@ func everyRouteRefusesAnotherTenant(t *testing.T, byCookie bool) {
 		method, pattern := splitRoute(rt)
 		req := validRequests[rt]
 		for _, sb := range sandboxes {
-			vals := map[string]string{"sandbox": sb.id, "process": strconv.Itoa(a.pid), "webhook": a.webhook.ID, "template": "base", "tenant": tenantA, "node": "node-a", "secret": secretNameA, "wakeup": a.wakeup, "volume": volumeNameA}
+			vals := map[string]string{"sandbox": sb.id, "process": strconv.Itoa(a.pid), "webhook": a.webhook.ID, "template": "base", "tenant": tenantA, "node": "node-a", "secret": secretNameA, "wakeup": a.wakeup, "volume": volumeNameA, "checkpoint": checkpointNameA, "snapshot": snapshotA(a.running.ID)}
 			path, kinds, err := fillPattern(pattern, vals)
 			if err != nil {
 				t.Fatalf("%s: %v", rt, err)
@@ -356,7 +366,7 @@ func everyRouteRefusesAnotherTenant(t *testing.T, byCookie bool) {
 			}
 			pristine = nil
 		}
-		path, _, _ := fillPattern(pattern, map[string]string{"sandbox": id, "process": strconv.Itoa(own.pid), "webhook": own.webhook.ID, "template": "base", "tenant": tenantA, "node": "node-a", "secret": secretNameA, "wakeup": own.wakeup, "volume": volumeNameA})
+		path, _, _ := fillPattern(pattern, map[string]string{"sandbox": id, "process": strconv.Itoa(own.pid), "webhook": own.webhook.ID, "template": "base", "tenant": tenantA, "node": "node-a", "secret": secretNameA, "wakeup": own.wakeup, "volume": volumeNameA, "checkpoint": checkpointNameA, "snapshot": snapshotA(own.running.ID)})
 		if req.query != "" {
 			path += "?" + req.query
 		}

@@ -52,6 +52,9 @@ func (a *API) create(w http.ResponseWriter, r *http.Request, tenant string, call
 	if err != nil {
 		return err
 	}
+	if sb, name, ok := parseSnapshotID(*body.TemplateID); ok {
+		return a.createFromSnapshot(w, r, tenant, req, sb, name)
+	}
 	if req.Template, err = a.resolve(r.Context(), *body.TemplateID); err != nil {
 		return err
 	}

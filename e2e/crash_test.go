@@ -57,6 +57,8 @@ func TestCrashMatrixVM(t *testing.T) {
 	// container: a microVM's create claims none of it, so the claim's
 	// points are the runc matrix's.
 	cases = slices.DeleteFunc(cases, func(c crashCase) bool { return slices.Contains(claimFailpoints, c.arm) })
+	// MicroVMs have no checkpoints or forks yet (docs/fork.md).
+	cases = slices.DeleteFunc(cases, func(c crashCase) bool { return slices.Contains(checkpointFailpoints(), c.arm) })
 	if os.Getenv(soakEnv) == "" {
 		quick := []string{
 			"create/create.before-runtime",
@@ -70,7 +72,7 @@ func TestCrashMatrixVM(t *testing.T) {
 		cases = slices.DeleteFunc(cases, func(c crashCase) bool { return !slices.Contains(quick, c.name) })
 		t.Logf("%d of the VM crash points (%s=1 runs all of them)", len(cases), soakEnv)
 	} else {
-		rig.mustCoverFailpoints(cases, claimFailpoints...)
+		rig.mustCoverFailpoints(cases, append(slices.Clone(claimFailpoints), checkpointFailpoints()...)...)
 	}
 	rig.run(t, cases)
 }
@@ -237,6 +239,42 @@ func crashCases(modes []torpor.PauseMode) []crashCase {
 		crashAt{"restored.before-drop", inRunning})
 	add("delete/archived", inArchived, crashVerb("rm", "ID"),
 		crashAt{"terminating.after-archive-drop", inTerminated})
+	// Checkpoints, fork and restore (docs/fork.md): the carrier is where
+	// it was; a fork's forks all stand or none does (checkForks), and no
+	// copy is left that no record names (checkCheckpointCopies).
+	add("checkpoint", inRunning, crashVerb("checkpoint", "ID", "--name", "crash-cp"),
+		crashAt{"checkpointing.before-store", inRunning},
+		crashAt{"checkpointing.after-store", inRunning},
+		crashAt{"checkpointing.after-copy", inRunning})
+	add("checkpoint/rm", inRunning, func(t *testing.T, r *crashRig, d *daemon, id string) {
+		d.ok("checkpoint", id, "--name", "crash-rm")
+		crashVerb("checkpoint", "rm", "ID", "crash-rm")(t, r, d, id)
+	}, crashAt{"checkpoint-delete.after-store", inRunning})
+	add("restore", inRunning, func(t *testing.T, r *crashRig, d *daemon, id string) {
+		d.ok("checkpoint", id, "--name", "crash-rs")
+		crashVerb("restore", "ID", "--checkpoint", "crash-rs")(t, r, d, id)
+	}, crashAt{"restoring-checkpoint.before-store", inRunning},
+		crashAt{"restoring-checkpoint.after-store", inRunning},
+		crashAt{"restoring-checkpoint.after-copy", inRunning})
+	for i := len(cs) - 7; i < len(cs); i++ {
+		cs[i].check = checkCheckpointCopies
+		cs[i].undo = func(d *daemon, id string) {
+			for _, n := range []string{"crash-cp", "crash-rm", "crash-rs"} {
+				d.cli("checkpoint", "rm", id, n)
+			}
+		}
+	}
+	add("fork", inRunning, crashVerb("fork", "ID", "--count", "2"),
+		crashAt{"forking.before-store", inRunning},
+		crashAt{"forking.after-store", inRunning},
+		crashAt{"forking.after-checkpoint", inRunning},
+		crashAt{"forking.after-clone", inRunning},
+		crashAt{"forking.before-commit", inRunning},
+		crashAt{"forking.after-commit", inRunning})
+	for i := len(cs) - 6; i < len(cs); i++ {
+		cs[i].check = checkForks(cs[i].arm == "forking.after-commit")
+		cs[i].undo = removeForks
+	}
 	add("restart", inRunning, crashVerb("restart", "ID"),
 		crashAt{"restarting.before-store", inRunning},
 		crashAt{"restarting.before-runtime", inRunning},

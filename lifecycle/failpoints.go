@@ -51,6 +51,19 @@ import "strings"
 // (restored.before-drop); a delete of an archived sandbox removes it after
 // the runtime's destroy, before terminated is stored
 // (terminating.after-archive-drop).
+//
+// Checkpoints, forks and restores (checkpoint.go, docs/fork.md): a
+// checkpoint stores its entry creating (checkpointing.before-store,
+// .after-store), copies the disk (checkpointing.after-copy) and stores it
+// ready; a checkpoint's delete drops its entry before its copy
+// (checkpoint-delete.after-store); a fork stores its forks' ids in its
+// parent (forking.before-store, .after-store), copies a parent's disk when
+// no checkpoint is named (forking.after-checkpoint), makes and boots each
+// fork (forking.after-clone, then starting's boot points), and commits (forking.before-commit,
+// .after-commit); a restore stores the checkpoint's name
+// (restoring-checkpoint.before-store, .after-store), replaces the disk
+// (restoring-checkpoint.after-copy) and boots a running sandbox again
+// through restarting's points.
 var failpoints = []string{
 	"create.before-store",
 	"create.before-runtime",
@@ -99,6 +112,20 @@ var failpoints = []string{
 	"restoring.after-import",
 	"restored.before-drop",
 	"terminating.after-archive-drop",
+
+	"checkpointing.before-store",
+	"checkpointing.after-store",
+	"checkpointing.after-copy",
+	"checkpoint-delete.after-store",
+	"forking.before-store",
+	"forking.after-store",
+	"forking.after-checkpoint",
+	"forking.after-clone",
+	"forking.before-commit",
+	"forking.after-commit",
+	"restoring-checkpoint.before-store",
+	"restoring-checkpoint.after-store",
+	"restoring-checkpoint.after-copy",
 }
 
 // Failpoints returns the name of every point at which the engine calls

@@ -182,6 +182,23 @@ var crashPaths = []crashPath{
 	}},
 	{"delete archived", newArchived, doDelete, append(terminatingPoints(torpor.StateArchived),
 		crashPoint{"terminating.after-archive-drop", torpor.StateTerminated})},
+	// Checkpoints, forks and restores (checkpoint_test.go): the parent
+	// is where it was; TestForkCrashLeavesAllOrNone checks the forks.
+	{"checkpoint", newRunning, doCheckpoint, []crashPoint{
+		{"checkpointing.before-store", torpor.StateRunning},
+		{"checkpointing.after-store", torpor.StateRunning},
+		{"checkpointing.after-copy", torpor.StateRunning},
+	}},
+	{"delete checkpoint", newCheckpointed, doDeleteCheckpoint, []crashPoint{
+		{"checkpoint-delete.after-store", torpor.StateRunning},
+	}},
+	{"fork", newRunning, doFork, forkPoints()},
+	{"fork hibernated", newHibernated, doFork, forkPointsFrom(torpor.StateHibernated)},
+	{"restore", newCheckpointed, doRestore, []crashPoint{
+		{"restoring-checkpoint.before-store", torpor.StateRunning},
+		{"restoring-checkpoint.after-store", torpor.StateRunning},
+		{"restoring-checkpoint.after-copy", torpor.StateRunning},
+	}},
 	// A create that claims a pool's member: cut short after the thaw,
 	// before its one write, no tenant has a sandbox (the restart removes
 	// the thawed member); after the write, the claimant's sandbox runs.

@@ -45,6 +45,7 @@ func (e *Engine) reconcile(ctx context.Context) error {
 			}
 		}
 	}
+	e.sweepCheckpoints(ctx)
 	return nil
 }
 
@@ -64,6 +65,11 @@ func (e *Engine) reconcileSandbox(ctx context.Context, sb *torpor.Sandbox) error
 	if err != nil {
 		return e.recordFailure(ctx, sb, &torpor.Failure{Code: torpor.FailureRuntime,
 			Message: fmt.Sprintf("runtime %q is not configured on this server", sb.Runtime.Kind)})
+	}
+	// A checkpoint, fork or restore cut short first: it may end sb (a
+	// fork that never stood) or its instance (a restore).
+	if err := e.reconcileCheckpoints(ctx, rt, sb); err != nil || sb.State == torpor.StateTerminated {
+		return err
 	}
 	st, err := rt.Inspect(ctx, ref(sb))
 	if err != nil {

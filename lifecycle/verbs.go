@@ -614,6 +614,9 @@ func (e *Engine) terminate(ctx context.Context, sb *torpor.Sandbox, cause string
 		return fmt.Errorf("delete %s: %w", sb.ID, err)
 	}
 	e.fail("terminating.after-runtime")
+	// Its checkpoints go with it (a crash here leaves copies that the
+	// reconcile's sweep removes).
+	e.dropCheckpoints(ctx, rt, sb)
 	if a := sb.Archive; a != nil {
 		// Its archive goes while the record still says terminating and
 		// names it: a crash here is finished by the reconcile, which

@@ -51,6 +51,7 @@ func newRoot(c *cli) *cobra.Command {
 		c.verbCmd("restart", nil, "Boot a running sandbox again on a fresh instance (disk kept)"),
 		c.verbCmd("touch", nil, "Record activity on a sandbox"),
 		c.verbCmd("rm", []string{"delete"}, "Terminate a sandbox and remove its disk"),
+		c.checkpointCmd(), c.checkpointsCmd(), c.forkCmd(), c.restoreCmd(),
 		c.scheduleCmd(), c.eventsCmd(), c.usageCmd(), c.runtimesCmd(), c.templateCmd(), c.poolsCmd(), c.nodesCmd(), c.keysCmd(), c.tenantsCmd(), c.webhooksCmd(),
 		c.secretsCmd(), c.volumesCmd(), c.storeCmd(),
 	)

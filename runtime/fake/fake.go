@@ -48,6 +48,8 @@ type Host struct {
 	// snapshots holds the instances written to a snapshot, by sandbox id;
 	// a nil entry is a snapshot that cannot be restored.
 	snapshots map[string]*instance
+	// checkpoints holds each sandbox's checkpoint names (checkpoint.go).
+	checkpoints map[string]map[string]bool
 }
 
 type instance struct {

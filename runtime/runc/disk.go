@@ -128,6 +128,8 @@ func (r *Runtime) prepareDisk(ctx context.Context, id string, sizeMiB int64) (up
 	_, err = os.Lstat(image)
 	switch {
 	case err == nil:
+		// An image a checkpoint's copy just made is as new as a fresh one.
+		_, fresh = r.cloned.LoadAndDelete(id)
 	case !errors.Is(err, fs.ErrNotExist):
 		return "", "", err
 	case r.diskExists(id) || r.mkfs == "" || sizeMiB <= 0:

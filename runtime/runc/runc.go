@@ -34,6 +34,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/torpor-dev/torpor"
@@ -97,6 +98,11 @@ type Runtime struct {
 	// ProcessClient gives the runtime its background processes
 	// (torpor.ProcessRunner), through the sandbox's code server.
 	initproc.ProcessClient
+
+	// cloned holds the ids of sandboxes whose disk image a checkpoint's
+	// copy just made (checkpoint.go): a new inode, bound to no loop
+	// device, so that the next mount skips the search for one.
+	cloned sync.Map
 
 	dir      string
 	runcRoot string

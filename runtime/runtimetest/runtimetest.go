@@ -76,6 +76,7 @@ var cases = []testCase{
 	{"Snapshot/EndsAndRestoresInstance", false, testSnapshot},
 	{"DiskArchive/ExportStoppedImportElsewhere", false, testDiskArchive},
 	{"SnapshotArchive/ExportSnapshottedRestoreElsewhere", false, testSnapshotArchive},
+	{"Checkpoint/CloneAndRestore", false, testCheckpoint},
 	{"Exec/OutputAndExitCode", true, testExecOutput},
 	{"Exec/EnvAndCwd", true, testExecEnvCwd},
 	{"Exec/Stdin", true, testExecStdin},

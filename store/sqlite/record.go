@@ -56,6 +56,11 @@ type sandboxRecord struct {
 	Archive    *archiveRecord    `json:"archive,omitempty"`
 	RestoredAt *int64            `json:"restored_from_archive_at_us,omitempty"`
 	Wakeups    []wakeupRecord    `json:"wakeups,omitempty"`
+	// Checkpoints and fork (docs/fork.md).
+	Checkpoints         []torpor.CheckpointInfo `json:"checkpoints,omitempty"`
+	Forking             *torpor.ForkOp          `json:"forking,omitempty"`
+	ForkOp              string                  `json:"fork_op,omitempty"`
+	RestoringCheckpoint string                  `json:"restoring_checkpoint,omitempty"`
 }
 
 // networkRecord is a sandbox's egress rules.
@@ -280,6 +285,7 @@ func encodeRecord(sb *torpor.Sandbox) (string, error) {
 		us := micros(*t)
 		r.RestoredAt = &us
 	}
+	r.Checkpoints, r.Forking, r.ForkOp, r.RestoringCheckpoint = sb.Checkpoints, sb.Forking, sb.ForkOp, sb.RestoringCheckpoint
 	if sb.PauseModes != nil {
 		r.PauseModes = make([]string, len(sb.PauseModes))
 		for i, m := range sb.PauseModes {
@@ -380,6 +386,7 @@ func decodeRecord(sb *torpor.Sandbox, data string) error {
 		t := fromMicros(*r.RestoredAt)
 		sb.RestoredFromArchiveAt = &t
 	}
+	sb.Checkpoints, sb.Forking, sb.ForkOp, sb.RestoringCheckpoint = r.Checkpoints, r.Forking, r.ForkOp, r.RestoringCheckpoint
 	if r.PauseModes != nil {
 		sb.PauseModes = make([]torpor.PauseMode, len(r.PauseModes))
 		for i, m := range r.PauseModes {
