@@ -28,6 +28,7 @@ func newVMRuntime(ctx context.Context, cfg Config, n *network.Network, resolvCon
 	if n != nil { // a nil *network.Network is no Network
 		vc.Network = n
 		vc.ResolvConf = resolvConf
+		vc.NamesResolvConf = n.ResolverConf()
 	}
 	rt, err := vm.New(ctx, vc)
 	if err != nil {

@@ -247,6 +247,13 @@ func (e *Engine) continueInstance(ctx context.Context, rt torpor.Runtime, sb *to
 	}
 	sb.Handle = handle // the snapshot is dropped once its interval is billed (see meter)
 	e.watch(sb.ID, handle, rt)
+	if en, ok := rt.(torpor.EgressEnforcer); ok && !sb.Network.Empty() {
+		// The runtime attaches with the rules it recorded; given again
+		// for a snapshot that came from elsewhere (an archive).
+		if err := en.SetEgress(ctx, ref(sb), sb.Network.Clone()); err != nil {
+			e.log.Warn("applying egress rules after a restore", "sandbox", sb.ID, "err", err)
+		}
+	}
 	return nil
 }
 

@@ -79,10 +79,13 @@ func (r *Runtime) bootInstance(ctx context.Context, spec torpor.BootSpec) (insta
 		return instance{}, err
 	}
 	if r.net != nil {
+		if err := r.saveRules(id, spec.Network); err != nil {
+			return instance{}, err
+		}
 		// Not QEMU's user-mode network: it would let the guest reach the
 		// host's loopback services. A tap in a namespace of the
 		// sandbox's own puts it under the sandbox network's rules.
-		if m.Net, err = r.attach(ctx, id, spec.AllowInternet, netip.Addr{}); err != nil {
+		if m.Net, err = r.attach(ctx, id, spec.AllowInternet, spec.Network, netip.Addr{}); err != nil {
 			return instance{}, err
 		}
 	}
@@ -108,9 +111,7 @@ func (r *Runtime) bootInstance(ctx context.Context, spec torpor.BootSpec) (insta
 		Now:        time.Now().UTC(),
 		Volumes:    vols,
 	}
-	if spec.AllowInternet {
-		start.ResolvConf = r.resolvConf
-	}
+	start.ResolvConf = r.resolvConfOf(spec.AllowInternet, spec.Network)
 	if start.PidsMax == 0 {
 		start.PidsMax = defaultPids
 	}

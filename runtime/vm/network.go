@@ -21,6 +21,7 @@ type Network interface {
 	Detach(ctx context.Context, netns string) error
 	Release(ctx context.Context, netns string) error
 	Addr(netns string) (netip.Addr, bool)
+	SetEgress(ctx context.Context, netns string, eg *network.Egress) error
 	Gateway() netip.Addr
 	MTU() int
 }
@@ -50,9 +51,12 @@ func (r *Runtime) netnsPath(id string) string { return r.sandboxPath(id, "netns"
 // attach puts the sandbox on the sandbox network (a namespace with the
 // tap its QEMU opens) and returns the machine's network. want, when
 // valid, is the address the guest already has (a restore).
-func (r *Runtime) attach(ctx context.Context, id string, internet bool, want netip.Addr) (*machineNet, error) {
+func (r *Runtime) attach(ctx context.Context, id string, internet bool, rules *torpor.NetworkRules, want netip.Addr) (*machineNet, error) {
 	ns := r.netnsPath(id)
-	addr, err := r.net.Attach(ctx, network.Endpoint{NetNS: ns, Internet: internet, Tap: tapName, Addr: want})
+	if rules.Empty() {
+		rules = nil
+	}
+	addr, err := r.net.Attach(ctx, network.Endpoint{NetNS: ns, Internet: internet, Egress: egressOf(rules), Tap: tapName, Addr: want})
 	if err != nil {
 		return nil, err
 	}
@@ -82,7 +86,7 @@ func (r *Runtime) reattach(ctx context.Context, id string, m machine) error {
 		return snapshotError("the sandbox network has changed since (gateway %s, MTU %d; the guest has %s, %d)",
 			r.net.Gateway(), r.net.MTU(), m.Net.Guest.Gateway, m.Net.Guest.MTU)
 	}
-	if _, err := r.attach(ctx, id, m.Net.Internet, m.Net.Guest.Addr); err != nil {
+	if _, err := r.attach(ctx, id, m.Net.Internet, r.loadRules(id), m.Net.Guest.Addr); err != nil {
 		if errors.Is(err, network.ErrAddrTaken) {
 			return snapshotError("its address %s is another sandbox's now", m.Net.Guest.Addr)
 		}

@@ -60,6 +60,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	r := &Runtime{dir: dir, agentPath: agentPath, kernelDir: kernelDir, lazy: cfg.LazyMemory, diskMiB: cfg.DiskMiB, net: cfg.Network, log: cfg.Logger}
 	if r.net != nil {
 		r.resolvConf = cfg.ResolvConf
+		r.namesResolvConf = cfg.NamesResolvConf
 	}
 	r.code = instances.CodeServer{Who: Kind, CheckRef: checkRef, Conn: r.codeConn, Runtime: r}
 	r.ProcessClient = initproc.ProcessClient{Send: r.code.Send, Who: Kind}

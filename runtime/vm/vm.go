@@ -109,6 +109,11 @@ type Config struct {
 	// of each sandbox allowed the internet, by its agent at every boot
 	// (with a Network only); the file of any other sandbox stays as it is.
 	ResolvConf string
+	// NamesResolvConf, when set, is the /etc/resolv.conf of each sandbox
+	// with host name egress rules (torpor's resolver, network.ResolverConf),
+	// written by its agent at every boot and when a PATCH gives it names
+	// (with a Network only).
+	NamesResolvConf string
 	// Logger receives the runtime's diagnostics; default slog.Default().
 	Logger *slog.Logger
 }
@@ -129,9 +134,11 @@ type Runtime struct {
 	net       Network
 	// resolvConf is Config.ResolvConf.
 	resolvConf string
-	info       Info
-	tscKHz     int64
-	log        *slog.Logger
+	// namesResolvConf is Config.NamesResolvConf.
+	namesResolvConf string
+	info            Info
+	tscKHz          int64
+	log             *slog.Logger
 
 	locks   keyedmutex.Mutex
 	buildMu sync.Mutex
