@@ -78,6 +78,8 @@ func proxyListener(cfg Config, ln net.Listener) (net.Listener, error) {
 func printE2BEnv(out io.Writer, cfg Config, apiAddr, proxyAddr string) {
 	fmt.Fprintln(out, "E2B SDKs reach this daemon with:")
 	fmt.Fprintf(out, "  export E2B_API_URL=http://%s\n", apiAddr)
+	// The SDK's Volume class does not derive its API from E2B_API_URL.
+	fmt.Fprintf(out, "  export E2B_VOLUME_API_URL=http://%s\n", apiAddr)
 	switch {
 	case proxyAddr == "":
 		fmt.Fprintln(out, "  (no proxy: set proxy_listen for commands and files)")

@@ -66,8 +66,8 @@ func e2bEnv(t *testing.T, d *daemon) []string {
 		}
 		env = append(env, m[1]+"="+v)
 	}
-	if len(env) != 3 {
-		t.Fatalf("torpor serve printed %d E2B_* lines, want 3:\n%s", len(env), d.stdout.String())
+	if len(env) != 4 {
+		t.Fatalf("torpor serve printed %d E2B_* lines, want 4:\n%s", len(env), d.stdout.String())
 	}
 	return env
 }
