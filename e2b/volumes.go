@@ -228,6 +228,31 @@ func (a *API) volumeFS(r *http.Request, tenant string) (files.FS, error) {
 	return a.eng.VolumeFS(r.Context(), tenant, v.Name)
 }
 
+// volumeAt reads the request's ?path= and then opens its volume's files.
+func (a *API) volumeAt(r *http.Request, tenant string) (string, files.FS, error) {
+	p, err := contentPath(r)
+	if err != nil {
+		return "", nil, err
+	}
+	fsys, err := a.volumeFS(r, tenant)
+	return p, fsys, err
+}
+
+// volumeAtWithAttrs is volumeAt that also reads the attributes a new file
+// or directory gets (attrQuery), after the path and before the volume.
+func (a *API) volumeAtWithAttrs(r *http.Request, tenant string) (string, *files.Mode, *files.Owner, files.FS, error) {
+	p, err := contentPath(r)
+	if err != nil {
+		return "", nil, nil, nil, err
+	}
+	mode, owner, err := attrQuery(r)
+	if err != nil {
+		return "", nil, nil, nil, err
+	}
+	fsys, err := a.volumeFS(r, tenant)
+	return p, mode, owner, fsys, err
+}
+
 // contentPath reads ?path=, relative to the volume's root or absolute.
 func contentPath(r *http.Request) (string, error) {
 	p := r.URL.Query().Get("path")
@@ -311,15 +336,7 @@ func (a *API) volumeListDir(w http.ResponseWriter, r *http.Request, tenant strin
 }
 
 func (a *API) volumeMakeDir(w http.ResponseWriter, r *http.Request, tenant string, _ torpor.Caller) error {
-	p, err := contentPath(r)
-	if err != nil {
-		return err
-	}
-	mode, owner, err := attrQuery(r)
-	if err != nil {
-		return err
-	}
-	fsys, err := a.volumeFS(r, tenant)
+	p, mode, owner, fsys, err := a.volumeAtWithAttrs(r, tenant)
 	if err != nil {
 		return err
 	}
@@ -333,11 +350,7 @@ func (a *API) volumeMakeDir(w http.ResponseWriter, r *http.Request, tenant strin
 }
 
 func (a *API) volumeStat(w http.ResponseWriter, r *http.Request, tenant string, _ torpor.Caller) error {
-	p, err := contentPath(r)
-	if err != nil {
-		return err
-	}
-	fsys, err := a.volumeFS(r, tenant)
+	p, fsys, err := a.volumeAt(r, tenant)
 	if err != nil {
 		return err
 	}
@@ -408,11 +421,7 @@ func (a *API) volumeUpdateMetadata(w http.ResponseWriter, r *http.Request, tenan
 }
 
 func (a *API) volumeReadFile(w http.ResponseWriter, r *http.Request, tenant string, _ torpor.Caller) error {
-	p, err := contentPath(r)
-	if err != nil {
-		return err
-	}
-	fsys, err := a.volumeFS(r, tenant)
+	p, fsys, err := a.volumeAt(r, tenant)
 	if err != nil {
 		return err
 	}
@@ -430,15 +439,7 @@ func (a *API) volumeReadFile(w http.ResponseWriter, r *http.Request, tenant stri
 }
 
 func (a *API) volumeWriteFile(w http.ResponseWriter, r *http.Request, tenant string, _ torpor.Caller) error {
-	p, err := contentPath(r)
-	if err != nil {
-		return err
-	}
-	mode, owner, err := attrQuery(r)
-	if err != nil {
-		return err
-	}
-	fsys, err := a.volumeFS(r, tenant)
+	p, mode, owner, fsys, err := a.volumeAtWithAttrs(r, tenant)
 	if err != nil {
 		return err
 	}
@@ -452,11 +453,7 @@ func (a *API) volumeWriteFile(w http.ResponseWriter, r *http.Request, tenant str
 }
 
 func (a *API) volumeRemove(w http.ResponseWriter, r *http.Request, tenant string, _ torpor.Caller) error {
-	p, err := contentPath(r)
-	if err != nil {
-		return err
-	}
-	fsys, err := a.volumeFS(r, tenant)
+	p, fsys, err := a.volumeAt(r, tenant)
 	if err != nil {
 		return err
 	}

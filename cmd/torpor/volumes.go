@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -28,19 +29,7 @@ Their files are read and written without a sandbox through
 		Short:   "Create a volume of SIZE_MIB mebibytes",
 		Example: `  torpor volumes create data 1024`,
 		Args:    cobra.ExactArgs(2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			size, err := parseMiB(args[1])
-			if err != nil {
-				return err
-			}
-			return c.withClient(func(cl *client.Client) error {
-				v, err := cl.CreateVolume(cmd.Context(), args[0], size)
-				return answer(c, v, err, func(v *torpor.Volume) error {
-					fmt.Fprintf(c.stdout, "%s %d MiB\n", v.Name, v.SizeMiB)
-					return nil
-				})
-			})
-		},
+		RunE:    c.sizedVolume((*client.Client).CreateVolume),
 	}, &cobra.Command{
 		Use:     "list",
 		Aliases: []string{"ls"},
@@ -72,19 +61,7 @@ Their files are read and written without a sandbox through
 		Short:   "Grow a volume to SIZE_MIB mebibytes (volumes never shrink)",
 		Example: `  torpor volumes resize data 4096`,
 		Args:    cobra.ExactArgs(2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			size, err := parseMiB(args[1])
-			if err != nil {
-				return err
-			}
-			return c.withClient(func(cl *client.Client) error {
-				v, err := cl.ResizeVolume(cmd.Context(), args[0], size)
-				return answer(c, v, err, func(v *torpor.Volume) error {
-					fmt.Fprintf(c.stdout, "%s %d MiB\n", v.Name, v.SizeMiB)
-					return nil
-				})
-			})
-		},
+		RunE:    c.sizedVolume((*client.Client).ResizeVolume),
 	}, &cobra.Command{
 		Use:     "rm NAME",
 		Aliases: []string{"delete"},
@@ -145,4 +122,22 @@ func parseVolumeMounts(flags []string) ([]torpor.VolumeMount, error) {
 		ms = append(ms, m)
 	}
 	return ms, nil
+}
+
+// sizedVolume runs a verb of NAME SIZE_MIB (create, resize) and prints
+// the volume's name and size.
+func (c *cli) sizedVolume(call func(*client.Client, context.Context, string, int64) (*torpor.Volume, error)) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		size, err := parseMiB(args[1])
+		if err != nil {
+			return err
+		}
+		return c.withClient(func(cl *client.Client) error {
+			v, err := call(cl, cmd.Context(), args[0], size)
+			return answer(c, v, err, func(v *torpor.Volume) error {
+				fmt.Fprintf(c.stdout, "%s %d MiB\n", v.Name, v.SizeMiB)
+				return nil
+			})
+		})
+	}
 }
